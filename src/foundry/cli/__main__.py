@@ -1,0 +1,5 @@
+import sys
+
+from foundry.cli import main
+
+sys.exit(main())

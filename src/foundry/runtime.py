@@ -1,0 +1,75 @@
+"""The cut between the app (which knows units) and the runtimes (which run them).
+
+``app`` builds a :class:`UnitSpec` for each declared unit and asks the runtime that
+its Decision names for a :class:`Runner`. Runtimes (``execute/``, ``deliver/``) see
+only these types, never the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from foundry.config import Settings
+from foundry.decide.model import Decision
+from foundry.handle import Handle
+from foundry.traits import Traits
+
+__all__ = ["Runner", "RuntimeContext", "SubmitOptions", "UnitSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSpec:
+    """Everything a runtime needs to know about one unit of work."""
+
+    name: str
+    fn: Callable[..., Any]
+    traits: Traits
+    decision: Decision  # the unit's main decision
+    phases: Mapping[str, Decision] = field(default_factory=dict)
+    is_async: bool = False
+    module: str = ""  # importable module of fn ("" when not importable)
+    qualname: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOptions:
+    """Per-submission options (``unit.options(...)``). Durable runtimes honour all of
+    them; in-process runtimes honour ``timeout`` and reject the rest clearly."""
+
+    key: str | None = None  # idempotency key: a duplicate returns the first handle
+    delay: float | None = None  # seconds from now
+    eta: float | None = None  # absolute unix time
+    priority: int = 0  # higher runs first
+    timeout: float | None = None  # per-task timeout, overrides the unit's
+
+
+class Runner(Protocol):
+    """Runs one unit on one model."""
+
+    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        """Accept the work (bounded intake) and return its handle at once."""
+        ...
+
+    async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        """Same, from async code, without blocking the loop."""
+        ...
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run to completion and return the result (``unit(...)``). Sequential runs inline."""
+        ...
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop accepting, drain accepted work within ``timeout``, release resources."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContext:
+    """What the app hands every runtime factory ``make_runner(spec, ctx)``."""
+
+    app_name: str
+    settings: Settings
+    metrics: Any  # foundry.observe.metrics.Registry
+    lookup: Callable[[str], UnitSpec]  # unit name -> spec (for workers and workflows)

@@ -1,0 +1,439 @@
+"""The declaration of a unit of work: its traits, parsed and validated.
+
+Traits are the answers to the decision engine's questions. Every one is optional;
+what is not declared can be measured (``foundry profile``) or asked (``foundry advise``).
+Human units are accepted everywhere a duration, rate or size is: ``"35ms"``, ``"90s"``,
+``"5m"``, ``"2h"``, ``"300/s"``, ``"50/day"``, ``"10MB"``.
+
+Every bad or contradictory declaration raises :class:`~foundry.errors.DeclarationError`
+naming the unit, the field, the value and the fix, at declaration time.
+
+This module imports nothing from the rest of Foundry except ``errors`` so that the
+decision engine can use it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+from foundry.errors import DeclarationError, UnknownTraitError
+
+__all__ = [
+    "DELIVERIES",
+    "EXECUTIONS",
+    "Bound",
+    "Overflow",
+    "Traits",
+    "parse_duration",
+    "parse_rate",
+    "parse_size",
+    "traits_from_kwargs",
+]
+
+Bound = Literal["cpu", "io", "mixed"]
+Overflow = Literal["block", "reject", "caller_runs"]
+
+DELIVERIES: tuple[str, ...] = ("direct", "pool", "queue", "stream", "workflow")
+EXECUTIONS: tuple[str, ...] = (
+    "sequential",
+    "async",
+    "threads",
+    "bounded_pool",
+    "processes",
+    "channels",
+    "parallel",
+)
+
+_DURATION_UNITS: dict[str, float] = {
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+}
+_PER_UNITS: dict[str, float] = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hour": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "w": 604800.0,
+    "week": 604800.0,
+}
+_SIZE_UNITS: dict[str, int] = {
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_DURATION_RE = re.compile(rf"^\s*(?P<n>-?{_NUM})\s*(?P<u>[a-zµ]*)\s*$", re.IGNORECASE)
+_RATE_RE = re.compile(rf"^\s*(?P<n>-?{_NUM})\s*/\s*(?P<u>[a-z]+?)s?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(rf"^\s*(?P<n>-?{_NUM})\s*(?P<u>[a-z]*)\s*$", re.IGNORECASE)
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def parse_duration(value: str | float | int, *, unit: str = "?", field_name: str = "est") -> float:
+    """Seconds from ``"35ms"``, ``"90s"``, ``"5m"``, ``"2h"`` or a number of seconds."""
+    fix = 'give a non-negative duration such as "35ms", "90s", "5m" or a number of seconds'
+    if isinstance(value, bool):
+        raise DeclarationError(unit, field_name, value, "is a bool, not a duration", fix)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if not match:
+            raise DeclarationError(unit, field_name, value, "is not a duration", fix)
+        suffix = match["u"].lower() or "s"
+        if suffix not in _DURATION_UNITS:
+            raise DeclarationError(
+                unit,
+                field_name,
+                value,
+                f"has an unknown unit {match['u']!r}",
+                f"use one of {', '.join(sorted(_DURATION_UNITS))}",
+            )
+        seconds = _number(match["n"]) * _DURATION_UNITS[suffix]
+    else:
+        raise DeclarationError(unit, field_name, value, "is not a duration", fix)
+    if not math.isfinite(seconds):
+        raise DeclarationError(unit, field_name, value, "is not finite", fix)
+    if seconds < 0:
+        raise DeclarationError(unit, field_name, value, "is negative", fix)
+    return seconds
+
+
+def parse_rate(value: str | float | int, *, unit: str = "?", field_name: str = "rate") -> float:
+    """Events per second from ``"300/s"``, ``"50/day"``, ``"10/min"`` or a number per second."""
+    fix = 'give a non-negative rate such as "300/s", "10/min" or "50/day"'
+    if isinstance(value, bool):
+        raise DeclarationError(unit, field_name, value, "is a bool, not a rate", fix)
+    if isinstance(value, int | float):
+        per_second = float(value)
+    elif isinstance(value, str):
+        match = _RATE_RE.match(value)
+        if not match:
+            raise DeclarationError(unit, field_name, value, "is not a rate", fix)
+        per = match["u"].lower()
+        if per not in _PER_UNITS:
+            raise DeclarationError(
+                unit,
+                field_name,
+                value,
+                f"has an unknown period {match['u']!r}",
+                f"use one of {', '.join(sorted(_PER_UNITS))}",
+            )
+        per_second = _number(match["n"]) / _PER_UNITS[per]
+    else:
+        raise DeclarationError(unit, field_name, value, "is not a rate", fix)
+    if not math.isfinite(per_second) or per_second < 0:
+        raise DeclarationError(unit, field_name, value, "is negative or not finite", fix)
+    return per_second
+
+
+def parse_size(value: str | int, *, unit: str = "?", field_name: str = "max_payload") -> int:
+    """Bytes from ``"10MB"``, ``"64KiB"`` or an int."""
+    fix = 'give a non-negative size such as "64KiB", "10MB" or a number of bytes'
+    if isinstance(value, bool):
+        raise DeclarationError(unit, field_name, value, "is a bool, not a size", fix)
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        suffix = (match["u"].lower() if match else "") or "b"
+        if not match or suffix not in _SIZE_UNITS:
+            raise DeclarationError(unit, field_name, value, "is not a size", fix)
+        size = int(_number(match["n"]) * _SIZE_UNITS[suffix])
+    else:
+        raise DeclarationError(unit, field_name, value, "is not a size", fix)
+    if size < 0:
+        raise DeclarationError(unit, field_name, value, "is negative", fix)
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What the author knows about one unit of work (or one phase of it).
+
+    The first group answers seed 003's seven questions, in order; the second answers
+    seed 000's framework; the third is operational (used by the runtimes, not the
+    decision). Durations are seconds, rates are per second.
+    """
+
+    # -- the seven questions --------------------------------------------------
+    est: float | None = None
+    """Q1 size: estimated wall time of one unit (``"35ms"``)."""
+    rate: float | None = None
+    """Q1 volume / throughput: arrivals per second (``"300/s"``, ``"50/day"``)."""
+    bound: Bound | None = None
+    """Q2: ``"cpu"`` (computing), ``"io"`` (waiting) or ``"mixed"``."""
+    shares: tuple[str, ...] = ()
+    """Q3 independence: state two units both touch (rows, files, caches, counters)."""
+    ordered: bool = False
+    """Q4: output order (per key, if ``key`` is set) is a requirement."""
+    concurrency: int | None = None
+    """Q5: how many units are in flight at once."""
+    long_running: bool | None = None
+    """Q6: long-running (derived from ``est`` when not given: ≥ 10 s)."""
+    isolate: bool = False
+    """Q7: a crash must be contained (untrusted, crash-prone or leaky native code)."""
+    stages: int | None = None
+    """Stages that hand data on to each other (a pipeline): channels."""
+    partitionable: bool = False
+    """One large computation over data in memory that splits into chunks: parallel."""
+    items: int | None = None
+    """Input size for partitionable work (element count)."""
+
+    # -- the framework (delivery) ---------------------------------------------
+    durable: bool = False
+    """Must survive a crash of the process that accepted it."""
+    latency: float | None = None
+    """Latency budget a caller waits within."""
+    multi_step: bool = False
+    """Several steps spanning services."""
+    compensate: bool = False
+    """Steps must be undone when a later step fails for good (saga)."""
+    consumers: int | None = None
+    """Independent consumers that each need every event."""
+    replay: bool = False
+    """Consumers must be able to re-read history."""
+    background: bool = False
+    """Nobody waits for the result (fire and forget, occasional)."""
+    idempotent: bool = False
+    """Running it twice has the same effect as once."""
+    key: str | None = None
+    """Name of the argument/field that orders and partitions work (per-key order)."""
+
+    # -- operational ----------------------------------------------------------
+    model: str | None = None
+    """Explicit override: ``"queue"``, ``"processes"`` or ``"queue/processes"``."""
+    retries: int = 0
+    timeout: float | None = None
+    overflow: Overflow = "block"
+    max_pending: int | None = None
+    """Bound on accepted-but-not-started work (the intake). ``None``: the runtime's default."""
+
+    @property
+    def is_long(self) -> bool:
+        if self.long_running is not None:
+            return self.long_running
+        return self.est is not None and self.est >= 10.0
+
+    @property
+    def override(self) -> tuple[str | None, str | None]:
+        """The explicit ``model=`` split into (delivery, execution)."""
+        if self.model is None:
+            return (None, None)
+        parts = self.model.split("/")
+        if len(parts) == 2:
+            return (parts[0], parts[1])
+        return (self.model, None) if self.model in DELIVERIES else (None, self.model)
+
+    def merged(self, **changes: Any) -> Traits:
+        """A copy with ``changes`` applied (already-parsed values)."""
+        return replace(self, **changes)
+
+
+TRAIT_NAMES: frozenset[str] = frozenset(f.name for f in fields(Traits))
+_BOOL_FIELDS = frozenset(
+    {
+        "ordered",
+        "isolate",
+        "partitionable",
+        "durable",
+        "multi_step",
+        "compensate",
+        "replay",
+        "background",
+        "idempotent",
+    }
+)
+_COUNT_FIELDS = frozenset({"concurrency", "stages", "consumers", "items", "max_pending"})
+_DURATION_FIELDS = frozenset({"est", "latency", "timeout"})
+
+
+def _check_count(unit: str, name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise DeclarationError(
+            unit,
+            name,
+            value,
+            f"is not an integer ≥ {minimum}",
+            f"give {name} as a whole number of at least {minimum}",
+        )
+    return value
+
+
+def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = None) -> Traits:
+    """Parse and validate keyword traits for ``unit``; raise on anything wrong.
+
+    ``base`` supplies inherited values (a phase inherits its unit's delivery traits).
+    """
+    parsed: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in TRAIT_NAMES:
+            close = difflib.get_close_matches(name, sorted(TRAIT_NAMES), n=1)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else (f"known traits are: {', '.join(sorted(TRAIT_NAMES))}")
+            )
+            raise UnknownTraitError(unit, name, value, "is not a trait", hint)
+        if value is None:
+            continue
+        if name in _DURATION_FIELDS:
+            parsed[name] = parse_duration(value, unit=unit, field_name=name)
+        elif name == "rate":
+            parsed[name] = parse_rate(value, unit=unit, field_name=name)
+        elif name in _BOOL_FIELDS or name == "long_running":
+            if not isinstance(value, bool):
+                raise DeclarationError(
+                    unit, name, value, "is not a bool", f"write {name}=True or {name}=False"
+                )
+            parsed[name] = value
+        elif name in _COUNT_FIELDS:
+            parsed[name] = _check_count(unit, name, value, 1)
+        elif name == "retries":
+            parsed[name] = _check_count(unit, name, value, 0)
+        elif name == "bound":
+            if value not in ("cpu", "io", "mixed"):
+                raise DeclarationError(
+                    unit,
+                    "bound",
+                    value,
+                    "is not a kind of work",
+                    'use bound="cpu" (computing), "io" (waiting) or "mixed"',
+                )
+            parsed[name] = value
+        elif name == "overflow":
+            if value not in ("block", "reject", "caller_runs"):
+                raise DeclarationError(
+                    unit,
+                    "overflow",
+                    value,
+                    "is not an overflow policy",
+                    'use overflow="block", "reject" or "caller_runs"',
+                )
+            parsed[name] = value
+        elif name == "shares":
+            items = (value,) if isinstance(value, str) else tuple(value)
+            if not all(isinstance(item, str) and item for item in items):
+                raise DeclarationError(
+                    unit,
+                    "shares",
+                    value,
+                    "is not a list of names",
+                    'name the shared state, e.g. shares=["orders table", "price cache"]',
+                )
+            parsed[name] = items
+        elif name == "key":
+            if not isinstance(value, str) or not value:
+                raise DeclarationError(
+                    unit,
+                    "key",
+                    value,
+                    "is not a field name",
+                    'name the argument that orders the work, e.g. key="session_id"',
+                )
+            parsed[name] = value
+        elif name == "model":
+            parsed[name] = _check_model(unit, value)
+    traits = replace(base, **parsed) if base is not None else Traits(**parsed)
+    _check_consistency(unit, traits, set(parsed))
+    return traits
+
+
+def _check_model(unit: str, value: Any) -> str:
+    fix = (
+        f"use a delivery ({', '.join(DELIVERIES)}), an execution "
+        f"({', '.join(EXECUTIONS)}) or both as 'delivery/execution'"
+    )
+    if not isinstance(value, str):
+        raise DeclarationError(unit, "model", value, "is not a model name", fix)
+    parts = value.split("/")
+    if len(parts) == 1 and (value in DELIVERIES or value in EXECUTIONS):
+        return value
+    if len(parts) == 2 and parts[0] in DELIVERIES and parts[1] in EXECUTIONS:
+        return value
+    close = difflib.get_close_matches(value, [*DELIVERIES, *EXECUTIONS], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise DeclarationError(unit, "model", value, "is not a model", hint + fix)
+
+
+def _check_consistency(unit: str, t: Traits, given: set[str]) -> None:
+    """Contradictions that no decision could honour."""
+    _, execution = t.override
+    if t.ordered and execution == "parallel":
+        raise DeclarationError(
+            unit,
+            "model",
+            t.model,
+            "contradicts ordered=True: a parallel model completes items out of order",
+            "drop model= and let Foundry restore order at the join, or declare ordered=False",
+        )
+    if t.compensate and not t.multi_step and "multi_step" in given:
+        raise DeclarationError(
+            unit,
+            "compensate",
+            True,
+            "needs steps to undo but multi_step=False",
+            "declare the unit with @app.workflow, or drop compensate=True",
+        )
+    if t.timeout is not None and t.timeout == 0:
+        raise DeclarationError(
+            unit,
+            "timeout",
+            "0s",
+            "would stop the work before it starts",
+            'give a positive timeout such as "30s", or leave it out for none',
+        )
+    if t.latency is not None and t.latency == 0:
+        raise DeclarationError(
+            unit,
+            "latency",
+            "0s",
+            "is a budget nothing can meet",
+            'give a positive latency budget such as "50ms"',
+        )
+    if t.est is not None and t.timeout is not None and t.timeout < t.est:
+        raise DeclarationError(
+            unit,
+            "timeout",
+            t.timeout,
+            f"is shorter than the estimate est={t.est}s, so every run would time out",
+            "raise the timeout above the estimate, or correct est=",
+        )
+    if t.partitionable and t.isolate and execution == "parallel":
+        raise DeclarationError(
+            unit,
+            "model",
+            t.model,
+            "is parallel but isolate=True asks for crash containment",
+            'use model="processes" for isolation, or drop isolate=True',
+        )

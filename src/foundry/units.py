@@ -1,0 +1,209 @@
+"""Declared units: ``WorkUnit`` (``@app.work``). Workflows and streams live in
+``foundry.workflow_decl`` and ``foundry.stream_decl``.
+
+A unit is validated and decided at declaration time: a bad trait raises there, and
+the decision (with its warnings) exists before any work is submitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from foundry.decide import Decision, decide
+from foundry.errors import DeclarationError, SubmitError
+from foundry.handle import Handle
+from foundry.runtime import Runner, SubmitOptions, UnitSpec
+from foundry.traits import Traits, parse_duration, traits_from_kwargs
+
+if TYPE_CHECKING:
+    from foundry.app import Foundry
+
+__all__ = ["BoundOptions", "WorkUnit", "check_callable", "decide_phases"]
+
+
+def check_callable(unit: str, fn: Any) -> Callable[..., Any]:
+    if not callable(fn):
+        raise DeclarationError(
+            unit,
+            "fn",
+            fn,
+            "is not callable",
+            "decorate a function (@app.work above `def`), or pass a callable",
+        )
+    return fn  # type: ignore[no-any-return]
+
+
+def decide_phases(
+    name: str, traits: Traits, phases: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[Decision, dict[str, Decision]]:
+    """Decide the unit and each declared phase (a phase inherits the unit's traits)."""
+    main = decide(traits, phase="main")
+    decided: dict[str, Decision] = {}
+    for phase_name, raw in (phases or {}).items():
+        if not isinstance(phase_name, str) or not phase_name or phase_name == "main":
+            raise DeclarationError(
+                name,
+                "phases",
+                phase_name,
+                "is not a usable phase name",
+                'name phases with non-empty strings other than "main", e.g. phases={"sign": {...}}',
+            )
+        if not isinstance(raw, Mapping):
+            raise DeclarationError(
+                name,
+                f"phases[{phase_name!r}]",
+                raw,
+                "is not a mapping of traits",
+                'write phases={"sign": {"est": "35ms", "bound": "cpu"}}',
+            )
+        # A phase inherits the unit's answers but not its explicit model override.
+        phase_traits = traits_from_kwargs(f"{name}.{phase_name}", raw, base=traits.merged(model=None))
+        decided[phase_name] = decide(phase_traits, phase=phase_name)
+    return main, decided
+
+
+class WorkUnit:
+    """A function declared with ``@app.work(...)``: call it, submit it, map it."""
+
+    def __init__(
+        self,
+        app: Foundry,
+        fn: Callable[..., Any],
+        name: str,
+        traits: Traits,
+        phases: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.traits = traits
+        self.decision, self.phases = decide_phases(name, traits, phases)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+        self._runner: Runner | None = None
+
+    @property
+    def spec(self) -> UnitSpec:
+        return UnitSpec(
+            name=self.name,
+            fn=self.fn,
+            traits=self.traits,
+            decision=self.decision,
+            phases=dict(self.phases),
+            is_async=self.is_async,
+            module=getattr(self.fn, "__module__", "") or "",
+            qualname=getattr(self.fn, "__qualname__", "") or "",
+        )
+
+    @property
+    def runner(self) -> Runner:
+        runner = self._runner
+        if runner is None:
+            runner = self._runner = self.app.runner_for(self.spec)
+        return runner
+
+    # -- running -------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on the unit's model and return the result (``await`` it for async units
+        called from a loop: calling an async unit returns a coroutine)."""
+        if self.is_async and _in_loop():
+            return self._acall(args, kwargs)
+        return self.runner.call(args, kwargs)
+
+    async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        handle = await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS)
+        return await handle
+
+    def submit(self, *args: Any, **kwargs: Any) -> Handle:
+        return self.runner.submit(args, kwargs, _DEFAULT_OPTIONS)
+
+    async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
+        return await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS)
+
+    def options(
+        self,
+        *,
+        key: str | None = None,
+        delay: str | float | None = None,
+        eta: float | None = None,
+        priority: int = 0,
+        timeout: str | float | None = None,
+    ) -> BoundOptions:
+        """Per-submission options: ``unit.options(key="job-42", delay="5m").submit(...)``."""
+        opts = SubmitOptions(
+            key=key,
+            delay=None if delay is None else parse_duration(delay, unit=self.name, field_name="delay"),
+            eta=eta,
+            priority=priority,
+            timeout=None
+            if timeout is None
+            else parse_duration(timeout, unit=self.name, field_name="timeout"),
+        )
+        if key is not None and (not isinstance(key, str) or not key):
+            raise SubmitError(f"unit {self.name!r}: key={key!r} must be a non-empty string")
+        return BoundOptions(self, opts)
+
+    def map(
+        self, iterable: Iterable[Any], *, ordered: bool = True, timeout: float | None = None
+    ) -> Iterator[Any]:
+        """Submit one call per item and yield results (input order when ``ordered``).
+
+        Submission is bounded by the model's intake; a failure is raised when its item
+        is reached (ordered) or when it completes (unordered).
+        """
+        handles = [self.submit(item) for item in iterable]
+        if ordered:
+            for handle in handles:
+                yield handle.result(timeout)
+            return
+        pending = list(handles)
+        while pending:
+            still = []
+            for handle in pending:
+                if handle.done():
+                    yield handle.result(0)
+                else:
+                    still.append(handle)
+            if still:
+                still[0]._source.wait(0.01)
+            pending = still
+
+    def explain(self) -> str:
+        from foundry.explain import render_text
+
+        return render_text(self.name, self.decision, self.phases)
+
+    def __repr__(self) -> str:
+        return f"<WorkUnit {self.name} {self.decision.model}>"
+
+
+class BoundOptions:
+    """A unit with per-submission options bound (see :meth:`WorkUnit.options`)."""
+
+    __slots__ = ("_opts", "_unit")
+
+    def __init__(self, unit: WorkUnit, opts: SubmitOptions) -> None:
+        self._unit = unit
+        self._opts = opts
+
+    def submit(self, *args: Any, **kwargs: Any) -> Handle:
+        return self._unit.runner.submit(args, kwargs, self._opts)
+
+    async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
+        return await self._unit.runner.asubmit(args, kwargs, self._opts)
+
+
+_DEFAULT_OPTIONS = SubmitOptions()
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
