@@ -15,6 +15,7 @@ from typing import Any, overload
 from foundry.config import Settings, load_settings
 from foundry.decide import Decision
 from foundry.errors import DeclarationError, NotFoundError
+from foundry.observe.metrics import Registry
 from foundry.runtime import Runner, RuntimeContext, UnitSpec
 from foundry.traits import traits_from_kwargs
 from foundry.units import WorkUnit, check_callable
@@ -61,7 +62,7 @@ class Foundry:
         self.streams: dict[str, Any] = {}
         self._runners: dict[str, Runner] = {}
         self._lock = threading.Lock()
-        self._metrics: Any = None
+        self._metrics: Registry | None = None
         # Validate URLs now so a typo fails at construction, not at first submit.
         if any(v is not None for v in (queue, stream, journal)):
             self._settings = load_settings(**self._settings_args)
@@ -75,11 +76,9 @@ class Foundry:
         return self._settings
 
     @property
-    def metrics(self) -> Any:
+    def metrics(self) -> Registry:
         """The app's metrics registry (``foundry.observe``)."""
         if self._metrics is None:
-            from foundry.observe import Registry
-
             self._metrics = Registry()
         return self._metrics
 

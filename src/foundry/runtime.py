@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from foundry.config import Settings
 from foundry.decide.model import Decision
 from foundry.handle import Handle
+from foundry.observe.metrics import Registry
 from foundry.traits import Traits
 
 __all__ = ["Runner", "RuntimeContext", "SubmitOptions", "UnitSpec"]
@@ -71,5 +72,5 @@ class RuntimeContext:
 
     app_name: str
     settings: Settings
-    metrics: Any  # foundry.observe.metrics.Registry
+    metrics: Registry
     lookup: Callable[[str], UnitSpec]  # unit name -> spec (for workers and workflows)
