@@ -158,8 +158,15 @@ class FutureSource:
         return Status.RUNNING if (self.running or fut.running()) else Status.QUEUED
 
     def wait(self, timeout: float | None) -> bool:
-        done, _ = cf.wait([self.future], timeout=timeout)
-        return bool(done)
+        # Future.exception() waits on the future's own condition, which cancel() notifies
+        # (cf.wait() would miss a cancel that no executor acknowledged).
+        try:
+            self.future.exception(timeout)
+        except cf.TimeoutError:
+            return False
+        except cf.CancelledError:
+            return True
+        return True
 
     async def wait_async(self, timeout: float | None) -> bool:
         if self.future.done():
