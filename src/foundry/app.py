@@ -82,6 +82,13 @@ class Foundry:
             self._metrics = Registry()
         return self._metrics
 
+    def serve_metrics(self, port: int = 9464, host: str = "127.0.0.1") -> Any:
+        """Expose this app's metrics: ``/metrics`` (Prometheus), ``/metrics.json``, ``/``
+        (the dashboard). Returns the server (``.url``, ``.close()``); port 0 picks one."""
+        from foundry.observe.http import serve_metrics
+
+        return serve_metrics(self.metrics, host, port)
+
     # -- declaring -------------------------------------------------------------
 
     def _unique(self, name: str) -> str:
