@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 from rich.console import Console
