@@ -18,6 +18,7 @@
     ├── BackendError                  the substrate (SQLite, Redis, RabbitMQ, PostgreSQL, NATS) failed
     │   └── BackendUnavailableError   ... because it cannot be reached; usually transient
     ├── NonDeterminismError           a workflow's code no longer matches its journal
+    ├── LabInputError (ValueError)    a `foundry lab` model was given an input it cannot use
     └── NotFoundError (LookupError)   no such job, workflow, group, unit or offset
 
 Messages follow one rule: name the unit of work, the field, the value, and the fix.
@@ -37,6 +38,7 @@ __all__ = [
     "DeadLetteredError",
     "DeclarationError",
     "FoundryError",
+    "LabInputError",
     "NonDeterminismError",
     "NotFoundError",
     "OverloadError",
@@ -174,6 +176,24 @@ class BackendUnavailableError(BackendError):
 
 class NonDeterminismError(FoundryError):
     """A workflow replayed against its journal took a different path than it recorded."""
+
+
+class LabInputError(FoundryError, ValueError):
+    """A queueing model or simulation of ``foundry lab`` was given an input it cannot use
+    (zero workers, a negative rate, a simulation of an unstable queue without a horizon).
+
+    Attributes name what was wrong: ``field``, ``value``, ``problem`` and ``fix``.
+    """
+
+    def __init__(self, field: str, value: Any, problem: str, fix: str) -> None:
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"lab: {field}={value!r} {problem}. Fix: {fix}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.value, self.problem, self.fix))
 
 
 class NotFoundError(FoundryError, LookupError):
