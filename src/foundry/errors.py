@@ -7,6 +7,12 @@
     ├── SubmitError (ValueError)      these arguments cannot be carried by the chosen model
     │   └── PayloadTooLargeError      the encoded payload exceeds the backend's limit
     ├── OverloadError                 a bounded intake is full and the policy is "reject"
+    ├── ChannelError                  a message channel (foundry.execute.channels) refused
+    │   ├── ChannelClosedError        ... because *your* code closed this end, then used it
+    │   ├── BrokenChannelError        ... sending, but every receiver is gone (nobody would read it)
+    │   ├── EndOfChannel              ... receiving, every sender closed and the buffer is drained
+    │   ├── ChannelFullError (OverloadError, TimeoutError)  still full when the send timed out
+    │   └── ChannelEmptyError (TimeoutError)  still empty when the receive timed out
     ├── PoolDeadlockError             a pooled task waited on its own pool with every slot taken
     ├── WorkTimeoutError (TimeoutError)  the work itself exceeded its declared timeout
     ├── ResultTimeoutError (TimeoutError) the *wait* for a result timed out; the work may go on
@@ -32,11 +38,17 @@ from typing import Any
 __all__ = [
     "BackendError",
     "BackendUnavailableError",
+    "BrokenChannelError",
     "CancelledError",
+    "ChannelClosedError",
+    "ChannelEmptyError",
+    "ChannelError",
+    "ChannelFullError",
     "ChildCrashedError",
     "ConfigError",
     "DeadLetteredError",
     "DeclarationError",
+    "EndOfChannel",
     "FoundryError",
     "LabInputError",
     "NonDeterminismError",
@@ -96,6 +108,35 @@ class PayloadTooLargeError(SubmitError):
 
 class OverloadError(FoundryError):
     """A bounded intake is full and its overflow policy is ``reject``."""
+
+
+class ChannelError(FoundryError):
+    """A message channel refused a send or a receive (see the subclasses)."""
+
+
+class ChannelClosedError(ChannelError):
+    """This end of the channel was closed by your own code and then used (trio's
+    ``ClosedResourceError``)."""
+
+
+class BrokenChannelError(ChannelError):
+    """A send found every receiving end closed: the item would never be read (trio's
+    ``BrokenResourceError``). The item was not accepted."""
+
+
+class EndOfChannel(ChannelError):
+    """Every sending end is closed and every buffered item has been received: the
+    normal end of a stream of messages, not a failure."""
+
+
+class ChannelFullError(ChannelError, OverloadError, TimeoutError):
+    """The channel stayed full (backpressure) until the send timed out, or a
+    ``send_nowait`` found it full. The item was not accepted."""
+
+
+class ChannelEmptyError(ChannelError, TimeoutError):
+    """Nothing arrived before the receive timed out, or ``receive_nowait`` found the
+    channel empty."""
 
 
 class PoolDeadlockError(FoundryError):
