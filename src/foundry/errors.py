@@ -24,6 +24,9 @@
     ├── BackendError                  the substrate (SQLite, Redis, RabbitMQ, PostgreSQL, NATS) failed
     │   └── BackendUnavailableError   ... because it cannot be reached; usually transient
     ├── NonDeterminismError           a workflow's code no longer matches its journal
+    ├── WorkflowFinishedError         a signal was sent to a workflow that already finished
+    ├── LeaseLostError                another worker took over this durable work (our lease lapsed);
+    │                                 our writes are fenced off and this run stops
     ├── LabInputError (ValueError)    a `foundry lab` model was given an input it cannot use
     └── NotFoundError (LookupError)   no such job, workflow, group, unit or offset
 
@@ -51,6 +54,7 @@ __all__ = [
     "EndOfChannel",
     "FoundryError",
     "LabInputError",
+    "LeaseLostError",
     "NonDeterminismError",
     "NotFoundError",
     "OverloadError",
@@ -61,6 +65,7 @@ __all__ = [
     "SubmitError",
     "UnknownTraitError",
     "WorkTimeoutError",
+    "WorkflowFinishedError",
     "declaration_error",
 ]
 
@@ -217,6 +222,16 @@ class BackendUnavailableError(BackendError):
 
 class NonDeterminismError(FoundryError):
     """A workflow replayed against its journal took a different path than it recorded."""
+
+
+class WorkflowFinishedError(FoundryError):
+    """A signal (or other input) was sent to a workflow that already finished; nothing
+    was recorded and the workflow's journal is unchanged."""
+
+
+class LeaseLostError(FoundryError):
+    """This worker's lease on a workflow lapsed and another worker claimed it: every
+    write of the old run is rejected (fenced by the lease token), and the run stops."""
 
 
 class LabInputError(FoundryError, ValueError):
