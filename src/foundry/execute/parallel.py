@@ -1,0 +1,756 @@
+"""``parallel``: partition → map → merge over data in memory, on processes.
+
+::
+
+    from foundry.execute.parallel import parallel_map
+
+    scores = parallel_map(score, rows)                  # a list, in input order
+    scores = parallel_map(score, rows, chunksize=500)   # explicit chunking
+    scores = parallel_map(score, rows, errors="return") # failed items hold their exception
+
+    @app.work(partitionable=True, est="2ms")            # a unit: its function takes one item,
+    def score(row): ...                                 # the unit is called with all of them
+    scores = score(rows)
+
+How it runs:
+
+- **Plan** (:func:`plan_chunks`): inputs below ``threshold`` items, or whose estimated
+  work is under ``min_work`` seconds, run *sequentially in the caller* — processes would
+  cost more than they save — and the plan says so ("fell back to sequential: 12 items <
+  threshold 64"). Otherwise the per-item cost (``est``, or measured on the first items
+  in the caller, whose results are kept) sizes chunks so that each carries at least a few
+  milliseconds of work (IPC stays small) and there are about four chunks per worker (a
+  slow chunk cannot hold the join for long: load imbalance is bounded by one chunk).
+- **Map**: chunks go to a process pool (children die with the parent), at most two per
+  worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an
+  item that cannot be sent fails with :class:`~foundry.errors.SubmitError` naming its index.
+- **Merge**: results are put back in input order at the join (``merge=`` reduces them).
+  A failed item raises its original exception type, noted with its index and chunk; the
+  other chunks still complete (``errors="return"`` keeps every outcome).
+
+A progress bar (rich) shows for runs expected to last a second or more when the console is
+a terminal; ``progress=False`` turns it off, ``progress=True`` forces it.
+
+What the model keeps: every item is computed once and its result lands at its own index;
+one item's failure does not discard the others'. Nothing is persisted: a crash of the
+caller loses the run. Float reductions may differ from a sequential run (the order of
+additions changes).
+
+Metrics: ``foundry_unit_completed_total`` / ``failed`` count items (``unit``, ``model`` =
+``parallel``), ``foundry_unit_in_flight`` the items in dispatched chunks,
+``foundry_unit_duration_seconds`` whole runs, and ``foundry_cpu_utilisation`` the
+fraction of the workers' cores the last run kept busy (CPU seconds ÷ wall × workers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import dataclasses
+import math
+import os
+import pickle
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from foundry.decide.model import Decision
+from foundry.errors import CancelledError, OverloadError, SubmitError, WorkTimeoutError
+from foundry.handle import FutureSource, Handle, new_id
+from foundry.observe import names
+from foundry.observe.metrics import Counter, Gauge, Histogram, Registry
+from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
+from foundry.serialize import decode_error, encode_error
+
+__all__ = [
+    "ChunkPlan",
+    "ParallelExecutor",
+    "ParallelRunner",
+    "make_runner",
+    "parallel_map",
+    "plan_chunks",
+]
+
+MODEL = "parallel"
+DEFAULT_THRESHOLD = 64
+"""Inputs with fewer items run sequentially in the caller."""
+MIN_WORK = 0.1
+"""Seconds of estimated total work below which processes cost more than they save."""
+CHUNKS_PER_WORKER = 4
+MIN_CHUNK_SECONDS = 0.005
+MAX_CHUNK_SECONDS = 0.25
+PROBE_SECONDS = 0.002
+PROBE_MAX_ITEMS = 8
+IN_FLIGHT_PER_WORKER = 2
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """How one run is split, and why. ``mode`` is ``"processes"`` or ``"sequential"``."""
+
+    items: int
+    workers: int
+    mode: Literal["processes", "sequential"]
+    chunksize: int
+    chunks: int
+    est: float | None
+    reason: str
+    probed: int = 0  # items run in the caller to measure ``est`` (their results are kept)
+
+    @property
+    def expected_seconds(self) -> float | None:
+        """Estimated wall time (work ÷ workers); ``None`` without an estimate."""
+        if self.est is None:
+            return None
+        lanes = self.workers if self.mode == "processes" else 1
+        return self.items * self.est / lanes
+
+    @property
+    def note(self) -> str:
+        return self.reason if self.mode == "sequential" else f"parallel: {self.reason}"
+
+
+def _fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def plan_chunks(
+    items: int,
+    *,
+    workers: int,
+    est: float | None = None,
+    chunksize: int | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
+    min_work: float = MIN_WORK,
+    probed: int = 0,
+) -> ChunkPlan:
+    """Decide sequential vs processes and the chunk size. Pure; ``items`` excludes probed ones."""
+
+    def sequential(reason: str) -> ChunkPlan:
+        return ChunkPlan(items, workers, "sequential", max(1, items), 1 if items else 0, est, reason, probed)
+
+    total = items + probed
+    if chunksize is not None:
+        if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
+            raise SubmitError(
+                f"parallel: chunksize={chunksize!r} must be an integer ≥ 1, or None for automatic"
+            )
+        if workers <= 1 or items == 0:
+            return sequential(f"fell back to sequential: {workers} worker(s), {items} item(s)")
+        chunks = math.ceil(items / chunksize)
+        return ChunkPlan(
+            items,
+            workers,
+            "processes",
+            chunksize,
+            chunks,
+            est,
+            f"{chunks} chunks of {chunksize} (explicit)",
+            probed,
+        )
+    if total < threshold:
+        return sequential(f"fell back to sequential: {total} items < threshold {threshold}")
+    if workers <= 1:
+        return sequential("fell back to sequential: one worker (a single core is available)")
+    if est is not None and items * est < min_work:
+        return sequential(
+            f"fell back to sequential: {items} items × {_fmt_seconds(est)} ≈ {_fmt_seconds(items * est)} "
+            f"of work < {_fmt_seconds(min_work)}, less than shipping it to processes costs"
+        )
+    size = math.ceil(items / (workers * CHUNKS_PER_WORKER))
+    if est is not None and est > 0:
+        low = math.ceil(MIN_CHUNK_SECONDS / est)
+        high = max(low, math.floor(MAX_CHUNK_SECONDS / est))
+        size = min(max(size, low), high)
+    size = max(1, size)
+    chunks = math.ceil(items / size)
+    per = f" ≈ {_fmt_seconds(size * est)} each" if est else ""
+    return ChunkPlan(
+        items,
+        workers,
+        "processes",
+        size,
+        chunks,
+        est,
+        f"{chunks} chunks of {size} items{per} over {workers} workers",
+        probed,
+    )
+
+
+# -- the child side -------------------------------------------------------------------
+
+
+def _portable(error: BaseException) -> Any:
+    """The exception itself when it pickles (type and notes survive), else a JSON record."""
+    error.add_note(
+        f"--- raised in worker pid {os.getpid()} ---\n{''.join(traceback.format_exception(error))}"
+    )
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return encode_error(error)
+    return error
+
+
+def _run_chunk(fn: Callable[..., Any], start: int, payload: bytes, kwargs: dict[str, Any]) -> Any:
+    """Runs in a child: map ``fn`` over one chunk, item by item; failures are recorded,
+    not raised, so one bad item does not lose its neighbours' results."""
+    cpu = time.process_time()
+    items = pickle.loads(payload)
+    results: list[Any] = []
+    failures: list[tuple[int, Any]] = []
+    for offset, item in enumerate(items):
+        try:
+            results.append(fn(item, **kwargs))
+        except Exception as exc:
+            results.append(None)
+            failures.append((start + offset, _portable(exc)))
+    return start, results, failures, time.process_time() - cpu
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Children die when the parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _make_pool(workers: int, name: str) -> cf.Executor:
+    import multiprocessing
+
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
+    )
+
+
+# -- the parent side ------------------------------------------------------------------
+
+
+class _Metrics:
+    __slots__ = ("completed", "cpu", "duration", "failed", "in_flight")
+
+    def __init__(self, registry: Registry, unit: str) -> None:
+        labels = (unit, MODEL)
+        self.in_flight: Gauge = registry.gauge(
+            names.UNIT_IN_FLIGHT, "Units running now", ("unit", "model")
+        ).labels(*labels)
+        self.completed: Counter = registry.counter(
+            names.UNIT_COMPLETED, "Units completed", ("unit", "model")
+        ).labels(*labels)
+        self.failed: Counter = registry.counter(
+            names.UNIT_FAILED, "Units that raised", ("unit", "model")
+        ).labels(*labels)
+        self.duration: Histogram = registry.histogram(
+            names.UNIT_DURATION, "Seconds per unit", ("unit", "model")
+        ).labels(*labels)
+        self.cpu: Gauge = registry.gauge(
+            names.CPU_UTILISATION, "Fraction of the workers' cores kept busy", ("unit",)
+        ).labels(unit)
+
+
+_progress_lock = threading.Lock()
+
+
+class _Progress:
+    """A rich progress bar, or nothing (not a terminal, asked not to, or one is showing)."""
+
+    def __init__(self, enabled: bool, total: int, label: str, console: Any) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        if not enabled or not _progress_lock.acquire(blocking=False):
+            return
+        try:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=False,
+            )
+            self._task = self._bar.add_task(label, total=total)
+            self._bar.start()
+        except Exception:
+            self._bar = None
+            _progress_lock.release()
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+            _progress_lock.release()
+
+
+def _show_progress(progress: bool | None, plan: ChunkPlan, console: Any) -> bool:
+    if progress is not None:
+        return progress
+    if console is None or not getattr(console, "is_terminal", False):
+        return False
+    expected = plan.expected_seconds
+    return expected >= 1.0 if expected is not None else plan.items >= 10_000
+
+
+@dataclass(slots=True)
+class _Run:
+    """One map in progress: its results, failures and accounting."""
+
+    total: int
+    results: list[Any]
+    failures: dict[int, BaseException] = dataclasses.field(default_factory=dict)
+    cpu: float = 0.0
+
+
+class ParallelExecutor:
+    """Owns a process pool (made on first need) and runs maps on it. Thread-safe."""
+
+    def __init__(
+        self, *, workers: int | None = None, name: str = "parallel", metrics: Registry | None = None
+    ) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise SubmitError(f"parallel {name!r}: workers={workers!r} must be an integer ≥ 1, or None")
+        self.workers = workers or default_workers()
+        self.name = name
+        self.metrics = metrics if metrics is not None else Registry()
+        self._m = _Metrics(self.metrics, name)
+        self._pool: cf.Executor | None = None
+        self._lock = threading.Lock()
+        self.plans: deque[ChunkPlan] = deque(maxlen=32)
+
+    @property
+    def last_plan(self) -> ChunkPlan | None:
+        return self.plans[-1] if self.plans else None
+
+    def _get_pool(self) -> cf.Executor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = _make_pool(self.workers, self.name)
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- one run ----------------------------------------------------------------
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        items: Iterable[Any],
+        *,
+        kwargs: dict[str, Any] | None = None,
+        chunksize: int | None = None,
+        est: float | None = None,
+        threshold: int = DEFAULT_THRESHOLD,
+        min_work: float = MIN_WORK,
+        progress: bool | None = None,
+        console: Any = None,
+        errors: Literal["raise", "return"] = "raise",
+        timeout: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[Any]:
+        """``[fn(item, **kwargs) for item in items]`` on processes, in input order."""
+        if errors not in ("raise", "return"):
+            raise SubmitError(f"parallel {self.name!r}: errors={errors!r}. Fix: use 'raise' or 'return'")
+        data: Sequence[Any] = items if isinstance(items, Sequence) else list(items)
+        kw = dict(kwargs or {})
+        started = time.perf_counter()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        run = _Run(len(data), [None] * len(data))
+        probed = 0
+        if est is None and chunksize is None and len(data) >= threshold and self.workers > 1:
+            probed, est = self._probe(fn, data, kw, run)
+        plan = plan_chunks(
+            len(data) - probed,
+            workers=self.workers,
+            est=est,
+            chunksize=chunksize,
+            threshold=threshold,
+            min_work=min_work,
+            probed=probed,
+        )
+        self.plans.append(plan)
+        if console is None and progress is not False:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        bar = _Progress(_show_progress(progress, plan, console), len(data), self.name, console)
+        bar.advance(probed)
+        try:
+            if plan.mode == "sequential":
+                self._sequential(fn, data, kw, run, probed, bar, deadline, cancel)
+            else:
+                self._parallel(fn, data, kw, run, probed, plan, bar, deadline, cancel)
+        finally:
+            bar.close()
+            wall = time.perf_counter() - started
+            self._m.duration.observe(wall)
+            if plan.mode == "processes" and wall > 0:
+                self._m.cpu.set(min(1.0, run.cpu / (wall * self.workers)))
+        return self._merge(run, plan, errors)
+
+    def _record(self, run: _Run, index: int, error: BaseException, where: str = "in the caller") -> None:
+        error.add_note(f"parallel {self.name!r}: item {index} failed ({where})")
+        run.failures[index] = error
+        run.results[index] = error
+
+    def _probe(
+        self, fn: Callable[..., Any], data: Sequence[Any], kw: dict[str, Any], run: _Run
+    ) -> tuple[int, float]:
+        """Run the first items here to measure the per-item cost; keep their results."""
+        count = 0
+        spent = 0.0
+        while count < min(PROBE_MAX_ITEMS, len(data)) and (count == 0 or spent < PROBE_SECONDS):
+            cpu = time.process_time()
+            started = time.perf_counter()
+            try:
+                run.results[count] = fn(data[count], **kw)
+                self._m.completed.inc()
+            except Exception as exc:
+                self._record(run, count, exc)
+                self._m.failed.inc()
+            spent += time.perf_counter() - started
+            run.cpu += time.process_time() - cpu
+            count += 1
+        return count, spent / count
+
+    def _check_stop(
+        self, deadline: float | None, cancel: threading.Event | None, done: int, total: int
+    ) -> None:
+        if cancel is not None and cancel.is_set():
+            raise CancelledError(f"parallel {self.name!r}: cancelled after {done} of {total} items")
+        if deadline is not None and time.monotonic() > deadline:
+            raise WorkTimeoutError(
+                f"parallel {self.name!r}: timed out after {done} of {total} items. "
+                "Fix: raise the unit's timeout, or give it more workers"
+            )
+
+    def _sequential(
+        self,
+        fn: Callable[..., Any],
+        data: Sequence[Any],
+        kw: dict[str, Any],
+        run: _Run,
+        start: int,
+        bar: _Progress,
+        deadline: float | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        for index in range(start, len(data)):
+            if index % 64 == 0:
+                self._check_stop(deadline, cancel, index, len(data))
+            try:
+                run.results[index] = fn(data[index], **kw)
+                self._m.completed.inc()
+            except Exception as exc:
+                self._record(run, index, exc)
+                self._m.failed.inc()
+            bar.advance(1)
+
+    def _payload(self, data: Sequence[Any], start: int, stop: int) -> bytes:
+        chunk = list(data[start:stop])
+        try:
+            return pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            for offset, item in enumerate(chunk):
+                try:
+                    pickle.dumps(item)
+                except Exception as item_exc:
+                    raise SubmitError(
+                        f"parallel {self.name!r}: item {start + offset} cannot be sent to a worker process "
+                        f"({type(item_exc).__name__}: {item_exc}). Fix: pass plain data (numbers, strings, "
+                        "tuples, dicts, arrays), not live objects such as locks, sockets or open files"
+                    ) from item_exc
+            raise SubmitError(
+                f"parallel {self.name!r}: items {start}..{stop - 1} cannot be pickled: {exc}"
+            ) from exc
+
+    def _parallel(
+        self,
+        fn: Callable[..., Any],
+        data: Sequence[Any],
+        kw: dict[str, Any],
+        run: _Run,
+        start: int,
+        plan: ChunkPlan,
+        bar: _Progress,
+        deadline: float | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:
+            raise SubmitError(
+                f"parallel {self.name!r}: the function {getattr(fn, '__qualname__', fn)!r} cannot be sent to "
+                f"worker processes ({exc}). Fix: define it at module level (not a lambda or a closure)"
+            ) from exc
+        pool = self._get_pool()
+        bounds = [(s, min(s + plan.chunksize, len(data))) for s in range(start, len(data), plan.chunksize)]
+        pending: dict[cf.Future[Any], tuple[int, int, int]] = {}
+        next_chunk = 0
+        done_items = start
+        limit = self.workers * IN_FLIGHT_PER_WORKER
+        try:
+            while next_chunk < len(bounds) or pending:
+                while next_chunk < len(bounds) and len(pending) < limit:
+                    lo, hi = bounds[next_chunk]
+                    future = pool.submit(_run_chunk, fn, lo, self._payload(data, lo, hi), kw)
+                    pending[future] = (next_chunk, lo, hi)
+                    self._m.in_flight.inc(hi - lo)
+                    next_chunk += 1
+                self._check_stop(deadline, cancel, done_items, len(data))
+                wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+                finished, _ = cf.wait(pending, wait, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    number, lo, hi = pending.pop(future)
+                    self._m.in_flight.dec(hi - lo)
+                    self._collect(future, run, number, lo, hi)
+                    done_items += hi - lo
+                    bar.advance(hi - lo)
+        finally:
+            for future, (_, lo, hi) in pending.items():
+                if future.cancel():
+                    self._m.in_flight.dec(hi - lo)
+
+    def _collect(self, future: cf.Future[Any], run: _Run, number: int, lo: int, hi: int) -> None:
+        try:
+            _, results, failures, cpu = future.result()
+        except Exception as exc:  # the chunk as a whole failed (a child died, results unpicklable)
+            exc.add_note(f"parallel {self.name!r}: chunk {number} (items {lo}..{hi - 1}) was lost with it")
+            for index in range(lo, hi):
+                run.failures[index] = run.results[index] = exc
+            self._m.failed.inc(hi - lo)
+            return
+        run.results[lo:hi] = results
+        run.cpu += cpu
+        for index, portable in failures:
+            error = portable if isinstance(portable, BaseException) else decode_error(portable)
+            error.add_note(
+                f"parallel {self.name!r}: item {index} failed (chunk {number}, items {lo}..{hi - 1})"
+            )
+            self._record(run, index, error)
+        self._m.failed.inc(len(failures))
+        self._m.completed.inc(hi - lo - len(failures))
+
+    def _merge(self, run: _Run, plan: ChunkPlan, errors: str) -> list[Any]:
+        if run.failures and errors == "raise":
+            indices = sorted(run.failures)
+            first = run.failures[indices[0]]
+            if len(indices) > 1:
+                shown = ", ".join(map(str, indices[:10])) + (" ..." if len(indices) > 10 else "")
+                first.add_note(
+                    f"parallel {self.name!r}: {len(indices)} of {run.total} items failed (indices {shown}); "
+                    "pass errors='return' to get every outcome"
+                )
+            raise first
+        return run.results
+
+
+# -- the shared executor behind parallel_map() ------------------------------------------
+
+_shared: dict[int, ParallelExecutor] = {}
+_shared_lock = threading.Lock()
+
+
+def _close_shared() -> None:
+    with _shared_lock:
+        executors = list(_shared.values())
+        _shared.clear()
+    for executor in executors:
+        executor.close()
+
+
+atexit.register(_close_shared)
+
+
+def parallel_map(
+    fn: Callable[..., Any],
+    items: Iterable[Any],
+    *,
+    workers: int | None = None,
+    chunksize: int | None = None,
+    est: float | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
+    progress: bool | None = None,
+    errors: Literal["raise", "return"] = "raise",
+    timeout: float | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """``[fn(item, **kwargs) for item in items]`` on processes, in input order (see the
+    module docstring). Uses a shared pool per worker count, closed at exit."""
+    count = workers or default_workers()
+    with _shared_lock:
+        executor = _shared.get(count)
+        if executor is None:
+            executor = _shared[count] = ParallelExecutor(workers=count)
+    return executor.map(
+        fn,
+        items,
+        kwargs=kwargs,
+        chunksize=chunksize,
+        est=est,
+        threshold=threshold,
+        progress=progress,
+        errors=errors,
+        timeout=timeout,
+    )
+
+
+# -- the runner for @app.work(partitionable=True) units ----------------------------------
+
+
+class ParallelRunner:
+    """Runs a ``parallel`` unit: ``unit(items)`` maps its per-item function over ``items``."""
+
+    def __init__(self, spec: UnitSpec, ctx: RuntimeContext) -> None:
+        self.spec = spec
+        self.executor = ParallelExecutor(workers=spec.traits.concurrency, name=spec.name, metrics=ctx.metrics)
+        self._slots = threading.BoundedSemaphore(spec.traits.max_pending or 4)
+        self._cancels: set[threading.Event] = set()
+        self._closed = False
+
+    @property
+    def decision(self) -> Decision:
+        """The unit's decision with the last run's plan in its notes ("fell back to ...")."""
+        plan = self.executor.last_plan
+        if plan is None:
+            return self.spec.decision
+        return dataclasses.replace(self.spec.decision, notes=(*self.spec.decision.notes, plan.note))
+
+    @property
+    def last_plan(self) -> ChunkPlan | None:
+        return self.executor.last_plan
+
+    def _data(self, args: tuple[Any, ...]) -> Iterable[Any]:
+        if len(args) != 1 or isinstance(args[0], str | bytes) or not isinstance(args[0], Iterable):
+            raise SubmitError(
+                f"unit {self.spec.name!r} is parallel: call it with one iterable of items (its function "
+                f"runs once per item), got {len(args)} positional argument(s). Fix: `{self.spec.name}(rows)`"
+            )
+        return args[0]
+
+    def _run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], cancel: threading.Event | None
+    ) -> list[Any]:
+        return self.executor.map(
+            self.spec.fn,
+            self._data(args),
+            kwargs=kwargs,
+            est=self.spec.traits.est,
+            timeout=self.spec.traits.timeout,
+            cancel=cancel,
+        )
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._run(args, kwargs, None)
+
+    def map(
+        self, iterable: Iterable[Any], *, ordered: bool = True, timeout: float | None = None
+    ) -> Iterator[Any]:
+        """``unit.map(items)``: the whole input is one parallel run (order restored)."""
+        yield from self.executor.map(self.spec.fn, iterable, est=self.spec.traits.est, timeout=timeout)
+
+    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        if (
+            options.key is not None
+            or options.delay is not None
+            or options.eta is not None
+            or options.priority
+        ):
+            raise SubmitError(
+                f"unit {self.spec.name!r}: key/delay/eta/priority need a durable queue, but this unit runs "
+                "in-process (parallel). Fix: declare it durable=True, or drop them"
+            )
+        self._data(args)
+        if self._closed:
+            raise SubmitError(
+                f"unit {self.spec.name!r}: its runner is closed. Fix: submit before app.close()"
+            )
+        if not self._slots.acquire(timeout=30.0):
+            raise OverloadError(
+                f"unit {self.spec.name!r}: {self.spec.traits.max_pending or 4} parallel runs are already "
+                "in progress and none finished within 30 s. Fix: raise max_pending, or wait for results"
+            )
+        cancel = threading.Event()
+
+        def stop() -> bool:
+            cancel.set()  # pending chunks are dropped; running ones finish and are discarded
+            return True
+
+        source = FutureSource(on_cancel=stop)
+        self._cancels.add(cancel)
+
+        def work() -> None:
+            source.running = True
+            try:
+                source.future.set_result(self._run(args, kwargs, cancel))
+            except BaseException as exc:
+                try:
+                    source.future.set_exception(exc)
+                except cf.InvalidStateError:
+                    pass
+            finally:
+                self._cancels.discard(cancel)
+                self._slots.release()
+
+        threading.Thread(target=work, name=f"foundry-{self.spec.name}-parallel", daemon=True).start()
+        return Handle(new_id("par"), self.spec.name, source)
+
+    async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        import asyncio
+
+        return await asyncio.to_thread(self.submit, args, kwargs, options)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        limit = self.spec.traits.max_pending or 4
+        taken = 0
+        while taken < limit and self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            taken += 1
+        if taken < limit:
+            for cancel in list(self._cancels):
+                cancel.set()
+        for _ in range(taken):
+            self._slots.release()
+        self.executor.close()
+
+
+def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> ParallelRunner:
+    """The ``parallel`` runner for ``spec`` (see the module docstring)."""
+    return ParallelRunner(spec, ctx)
