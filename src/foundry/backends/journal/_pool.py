@@ -1,0 +1,103 @@
+"""A small, bounded connection pool shared by the journal engines."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+from foundry.errors import BackendError
+
+C = TypeVar("C")
+
+
+class Pool(Generic[C]):
+    """At most ``size`` connections, made on demand, reused last-in first-out.
+
+    ``broken(conn)`` tells after a failure whether a connection must be thrown away
+    (a dropped server connection); a waiting caller gives up after ``timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], C],
+        close: Callable[[C], None],
+        *,
+        size: int,
+        timeout: float,
+        broken: Callable[[C], bool],
+        what: str,
+    ) -> None:
+        self._connect = connect
+        self._close = close
+        self._broken = broken
+        self._size = size
+        self._timeout = timeout
+        self._what = what
+        self._idle: list[C] = []
+        self._open = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def connection(self) -> Iterator[C]:
+        conn = self._acquire()
+        try:
+            yield conn
+        except BaseException:
+            self._give_back(conn, check=True)
+            raise
+        self._give_back(conn, check=False)
+
+    def _acquire(self) -> C:
+        with self._cond:
+            if not self._cond.wait_for(
+                lambda: self._closed or self._idle or self._open < self._size, self._timeout
+            ):
+                raise BackendError(
+                    f"{self._what}: all {self._size} connections stayed busy for {self._timeout}s. "
+                    "Fix: raise the pool size (?pool=N in the journal URL) or shorten transactional steps"
+                )
+            if self._closed:
+                raise BackendError(f"{self._what} is closed. Fix: do not use a journal after close()")
+            if self._idle:
+                return self._idle.pop()
+            self._open += 1
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
+
+    def _give_back(self, conn: C, *, check: bool) -> None:
+        drop = self._closed or (check and self._broken(conn))
+        if drop:
+            self._discard(conn)
+            return
+        with self._cond:
+            if self._closed:
+                drop = True
+            else:
+                self._idle.append(conn)
+                self._cond.notify()
+        if drop:
+            self._discard(conn)
+
+    def _discard(self, conn: C) -> None:
+        try:
+            self._close(conn)
+        finally:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for conn in idle:
+            self._discard(conn)

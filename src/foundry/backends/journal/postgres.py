@@ -1,0 +1,200 @@
+"""The PostgreSQL journal (psycopg 3): many machines, one database.
+
+URL: ``postgresql://user:password@host:5432/dbname`` with query options ``schema=``
+(default ``public``; created if missing — a private schema per application or per test
+keeps journals apart), ``prefix=`` (table name prefix, default ``foundry_``), ``pool=N``
+(connections per process, default 8) and any libpq option (``connect_timeout``,
+``sslmode`` …), passed through.
+
+Claims use ``FOR UPDATE SKIP LOCKED`` (workers never wait on each other's claims); a
+step's record is one statement that checks the lease token and writes the entry, so
+it costs one round trip and one commit. A transactional step holds a lock on its
+workflow's row only, so other workflows proceed while it runs.
+"""
+
+from __future__ import annotations
+
+import zlib
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+from urllib.parse import urlencode, urlunsplit
+
+from foundry.backends.journal._pool import Pool
+from foundry.backends.journal._sql import ENTRY_COLS, Cursor, SqlJournal, entry_params, parse_url
+from foundry.backends.journal.base import Clock, Entry, Recorded
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+
+__all__ = ["PostgresJournal"]
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS {wf} (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    codec TEXT NOT NULL,
+    args BYTEA,
+    result BYTEA,
+    error BYTEA,
+    parent_id TEXT,
+    parent_pos INTEGER,
+    owner TEXT,
+    token BIGINT NOT NULL,
+    lease_until DOUBLE PRECISION NOT NULL,
+    wake_at DOUBLE PRECISION NOT NULL,
+    cancel_requested INTEGER NOT NULL,
+    compensation TEXT NOT NULL,
+    claims INTEGER NOT NULL,
+    next_pos INTEGER NOT NULL,
+    current_step TEXT,
+    step_started_at DOUBLE PRECISION,
+    wakeups BIGINT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
+    WHERE status IN ('pending', 'running', 'waiting', 'compensating');
+CREATE INDEX IF NOT EXISTS {wf}_parent ON {wf} (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {wf}_created ON {wf} (created_at);
+CREATE TABLE IF NOT EXISTS {en} (
+    workflow_id TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result BYTEA,
+    error BYTEA,
+    attempts INTEGER NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION,
+    wake_at DOUBLE PRECISION,
+    ref INTEGER,
+    detail TEXT,
+    PRIMARY KEY (workflow_id, pos)
+);
+CREATE TABLE IF NOT EXISTS {sg} (
+    seq BIGSERIAL PRIMARY KEY,
+    workflow_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    payload BYTEA NOT NULL,
+    sent_at DOUBLE PRECISION NOT NULL,
+    consumed_pos INTEGER
+);
+CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq)
+"""
+
+_OWN_OPTIONS = ("schema", "prefix", "pool")
+
+# One statement: check the lease token (locking the workflow's row), write the entry
+# unless a final one is there, and say which happened.
+_RECORD = (
+    "WITH w AS (UPDATE {wf} SET next_pos = CASE WHEN next_pos > %s THEN next_pos ELSE %s END, "
+    "updated_at = %s WHERE id = %s AND token = %s RETURNING cancel_requested), "
+    f"ins AS (INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) "
+    "SELECT %s::text, %s::integer, %s::text, %s::text, %s::text, %s::bytea, %s::bytea, %s::integer, "
+    "%s::double precision, %s::double precision, %s::double precision, %s::integer, %s::text FROM w "
+    "ON CONFLICT (workflow_id, pos) DO UPDATE SET kind = excluded.kind, name = excluded.name, "
+    "status = excluded.status, result = excluded.result, error = excluded.error, "
+    "attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at, "
+    "wake_at = excluded.wake_at, ref = excluded.ref, detail = excluded.detail "
+    "WHERE {en}.status = 'waiting' RETURNING 1) "
+    "SELECT (SELECT cancel_requested FROM w), (SELECT count(*) FROM ins)"
+)
+
+
+class PostgresJournal(SqlJournal):
+    dialect: ClassVar[str] = "postgres"
+    begin_sql: ClassVar[str] = "BEGIN"
+    skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError(
+                f"journal URL {url!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
+            ) from exc
+        self._psycopg = psycopg
+        parts, query, prefix, size = parse_url(url)
+        super().__init__(url, prefix=prefix, clock=clock)
+        self.schema = query.get("schema", ["public"])[-1]
+        if not self.schema.replace("_", "").isalnum():
+            raise ConfigError(f"journal URL {url!r}: schema={self.schema!r} must be letters, digits and _")
+        rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
+        rest.setdefault("connect_timeout", "10")
+        self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+        self._pool: Pool[Any] = Pool(
+            self._open,
+            lambda conn: conn.close(),
+            size=size,
+            timeout=60.0,
+            broken=lambda conn: bool(conn.closed or conn.broken),
+            what=f"journal {url}",
+        )
+        self._create_schema()
+
+    def _open(self) -> Any:
+        try:
+            return self._psycopg.connect(
+                self._conninfo, autocommit=True, options=f"-c search_path={self.schema}"
+            )
+        except self._psycopg.Error as exc:
+            raise BackendUnavailableError(
+                f"journal {self.url}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the "
+                "URL's host, port, user and database"
+            ) from exc
+
+    def _create_schema(self) -> None:
+        ddl = _DDL.replace("{wf}", self.wf).replace("{en}", self.entries).replace("{sg}", self.sigs)
+        lock_key = zlib.crc32(f"foundry-journal:{self.schema}".encode())
+        with self._tx() as c:
+            # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise the migration.
+            c.conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+            c.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    c.conn.execute(statement)
+
+    def _connection(self) -> AbstractContextManager[Any]:
+        return self._pool.connection()
+
+    def _placeholder(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _translate(self, exc: Exception) -> Exception | None:
+        psycopg = self._psycopg
+        if isinstance(exc, psycopg.OperationalError):
+            return BackendUnavailableError(
+                f"journal {self.url}: PostgreSQL is unreachable ({exc}). Fix: usually transient "
+                "(a restart); callers retry"
+            )
+        if isinstance(exc, psycopg.Error):
+            return BackendError(f"journal {self.url}: PostgreSQL failed ({type(exc).__name__}: {exc})")
+        return None
+
+    def _check_still_open(self, c: Cursor) -> None:
+        if c.conn.info.transaction_status != self._psycopg.pq.TransactionStatus.INTRANS:
+            raise BackendError(
+                f"journal {self.url}: a transactional step committed or rolled back the journal's "
+                "transaction itself, so its writes are no longer atomic with its record. Fix: never "
+                "call commit()/rollback() on tx.raw; raise an exception to roll back"
+            )
+
+    def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
+        now = self._now()
+        pos = entry.position
+        with self._auto() as c:
+            row = c.conn.execute(
+                self._sql(_RECORD),
+                (pos, pos + 1, now, workflow_id, token, *entry_params(workflow_id, entry)),
+            ).fetchone()
+            if row[0] is None:
+                raise self._fenced(c, workflow_id, token, f"{entry.kind} {entry.name!r}")
+            if row[1]:
+                return Recorded(entry, written=True, cancel_requested=bool(row[0]))
+            existing = self._entry_at(c, workflow_id, pos)
+        assert existing is not None
+        return Recorded(existing, written=False, cancel_requested=bool(row[0]))
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,180 @@
+"""The embedded journal: one SQLite file (WAL), shared by every process on the machine.
+
+URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``; query options
+``synchronous=full|normal`` (default ``full``: a recorded step survives power loss;
+``normal`` survives a process crash but may lose the last commits on power loss),
+``pool=N`` (connections, default 8), ``prefix=`` (table name prefix, default
+``foundry_``). ``memory://`` is a process-local in-memory journal for tests.
+
+SQLite has one writer at a time: a transactional step holds the write lock while its
+code runs, so keep those steps short here (PostgreSQL locks only the workflow's row).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import ClassVar
+
+from foundry.backends.journal._pool import Pool
+from foundry.backends.journal._sql import Cursor, SqlJournal, parse_url
+from foundry.backends.journal.base import Clock
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+
+__all__ = ["SqliteJournal"]
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS {wf} (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    codec TEXT NOT NULL,
+    args BLOB,
+    result BLOB,
+    error BLOB,
+    parent_id TEXT,
+    parent_pos INTEGER,
+    owner TEXT,
+    token INTEGER NOT NULL,
+    lease_until REAL NOT NULL,
+    wake_at REAL NOT NULL,
+    cancel_requested INTEGER NOT NULL,
+    compensation TEXT NOT NULL,
+    claims INTEGER NOT NULL,
+    next_pos INTEGER NOT NULL,
+    current_step TEXT,
+    step_started_at REAL,
+    wakeups INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
+    WHERE status IN ('pending', 'running', 'waiting', 'compensating');
+CREATE INDEX IF NOT EXISTS {wf}_parent ON {wf} (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {wf}_created ON {wf} (created_at);
+CREATE TABLE IF NOT EXISTS {en} (
+    workflow_id TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result BLOB,
+    error BLOB,
+    attempts INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    wake_at REAL,
+    ref INTEGER,
+    detail TEXT,
+    PRIMARY KEY (workflow_id, pos)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS {sg} (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    sent_at REAL NOT NULL,
+    consumed_pos INTEGER
+);
+CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq);
+"""
+
+
+class SqliteJournal(SqlJournal):
+    dialect: ClassVar[str] = "sqlite"
+    begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
+
+    def __init__(self, url: str, *, clock: Clock | None = None) -> None:
+        parts, query, prefix, size = parse_url(url)
+        super().__init__(url, prefix=prefix, clock=clock)
+        self._anchor: sqlite3.Connection | None = None
+        if parts.scheme == "memory":
+            self._target = f"file:foundry-journal-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            self._uri = True
+        else:
+            raw = url.split("?", 1)[0][len("sqlite://") :]
+            path = raw[1:] if raw.startswith("/") else raw
+            if not path:
+                raise ConfigError(
+                    f"journal URL {url!r} names no file. Fix: sqlite:///journal.db (relative) "
+                    "or sqlite:////var/lib/app/journal.db (absolute)"
+                )
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._target, self._uri = path, False
+        self._synchronous = query.get("synchronous", ["full"])[-1].upper()
+        if self._synchronous not in ("FULL", "NORMAL", "EXTRA", "OFF"):
+            raise ConfigError(
+                f"journal URL {url!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
+                "setting. Fix: use synchronous=full (default) or synchronous=normal"
+            )
+        self._pool: Pool[sqlite3.Connection] = Pool(
+            self._open,
+            lambda conn: conn.close(),
+            size=size,
+            timeout=60.0,
+            broken=lambda conn: False,
+            what=f"journal {url}",
+        )
+        if self._uri:
+            self._anchor = self._open()  # an in-memory database lives while one connection does
+        with self._errors(), self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                ddl = _DDL.replace("{wf}", self.wf).replace("{en}", self.entries).replace("{sg}", self.sigs)
+                for statement in ddl.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._target, isolation_level=None, check_same_thread=False, timeout=60.0, uri=self._uri
+            )
+        except sqlite3.Error as exc:
+            raise BackendUnavailableError(
+                f"journal {self.url}: cannot open {self._target} ({exc}). Fix: check the path and its "
+                "permissions"
+            ) from exc
+        try:
+            if not self._uri:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute("PRAGMA busy_timeout=60000")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connection(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._pool.connection()
+
+    def _translate(self, exc: Exception) -> Exception | None:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            return BackendUnavailableError(
+                f"journal {self.url}: the database stayed locked ({exc}). Fix: a long transactional "
+                "step or another process holds the write lock; keep transactional steps short"
+            )
+        if isinstance(exc, sqlite3.Error):
+            return BackendError(f"journal {self.url}: SQLite failed ({type(exc).__name__}: {exc})")
+        return None
+
+    def _check_still_open(self, c: Cursor) -> None:
+        if not c.conn.in_transaction:
+            raise BackendError(
+                f"journal {self.url}: a transactional step committed or rolled back the journal's "
+                "transaction itself, so its writes are no longer atomic with its record. Fix: never "
+                "call commit()/rollback() on tx.raw; raise an exception to roll back"
+            )
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._anchor is not None:
+            self._anchor.close()
+            self._anchor = None
