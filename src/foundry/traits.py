@@ -209,6 +209,10 @@ class Traits:
     """One large computation over data in memory that splits into chunks: parallel."""
     items: int | None = None
     """Input size for partitionable work (element count)."""
+    workers: int | None = None
+    """Threads or processes that run units at once (a pool's size). ``None``: sized by the runtime."""
+    waits_on_pool: bool = False
+    """A unit submits work to its own pool and waits for the result (pool deadlock risk)."""
 
     # -- the framework (delivery) ---------------------------------------------
     durable: bool = False
@@ -272,9 +276,10 @@ _BOOL_FIELDS = frozenset(
         "replay",
         "background",
         "idempotent",
+        "waits_on_pool",
     }
 )
-_COUNT_FIELDS = frozenset({"concurrency", "stages", "consumers", "items", "max_pending"})
+_COUNT_FIELDS = frozenset({"concurrency", "stages", "consumers", "items", "max_pending", "workers"})
 _DURATION_FIELDS = frozenset({"est", "latency", "timeout"})
 
 

@@ -5,6 +5,6 @@ Foundry except ``foundry.traits`` and ``foundry.errors`` (the declaration it rea
 """
 
 from foundry.decide.engine import decide
-from foundry.decide.model import Answer, Bill, Decision, Rejected, Warning
+from foundry.decide.model import Answer, Bill, Decision, Host, Rejected, Warning
 
-__all__ = ["Answer", "Bill", "Decision", "Rejected", "Warning", "decide"]
+__all__ = ["Answer", "Bill", "Decision", "Host", "Rejected", "Warning", "decide"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Answer", "Bill", "Decision", "Rejected", "Warning"]
+__all__ = ["Answer", "Bill", "Decision", "Host", "Rejected", "Warning"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,22 @@ class Bill:
     why: str
     costs: str
     fails: str
-    guarantees: str = ""
+    guarantees: str = ""  # which part of "exactly once, observed, nothing discarded" it keeps
+    watch: tuple[str, ...] = ()  # metric names (foundry.observe.names) that show it failing
+    simpler: str = ""  # the simpler thing to consider before paying this bill
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """Facts about the interpreter and machine, passed in so ``decide`` stays pure.
+
+    ``None`` means unknown: the engine then assumes CPython with the GIL and a
+    typical 8-core machine, and says so in the notes. ``foundry.profile.current_host()``
+    reads the real values (``os.cpu_count()``, ``sys._is_gil_enabled()``).
+    """
+
+    cores: int | None = None
+    gil: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

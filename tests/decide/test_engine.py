@@ -1,0 +1,137 @@
+"""The engine's rules one at a time: order of questions, overrides, fallbacks, the GIL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from foundry.decide import Decision, Host, decide
+from foundry.decide.bills import DELIVERY_BILLS, EXECUTION_BILLS
+from foundry.decide.questions import DELIVERY_QUESTIONS, EXECUTION_QUESTIONS, PARALLEL_MIN_ITEMS
+from foundry.observe.names import ALL as METRIC_NAMES
+from foundry.traits import DELIVERIES, EXECUTIONS, traits_from_kwargs
+
+
+def _d(host: Host | None = None, **raw: Any) -> Decision:
+    return decide(traits_from_kwargs("unit", raw), host=host)
+
+
+def _asked(d: Decision, axis: str) -> list[str]:
+    return [a.id for a in d.questions if a.axis == axis]
+
+
+def test_one_bill_table_covers_every_model() -> None:
+    assert set(DELIVERY_BILLS) == set(DELIVERIES)
+    assert set(EXECUTION_BILLS) == set(EXECUTIONS)
+    for bill in (*DELIVERY_BILLS.values(), *EXECUTION_BILLS.values()):
+        assert bill.watch, bill.model
+        assert set(bill.watch) <= set(METRIC_NAMES), bill.model
+
+
+def test_the_seven_questions_are_asked_in_order() -> None:
+    ids = [q.id for q in EXECUTION_QUESTIONS]
+    assert ids == ["size", "bound", "independence", "ordering", "count", "duration"]
+    assert [q.id for q in DELIVERY_QUESTIONS][:2] == ["steps", "durable"]
+
+
+def test_the_walk_stops_at_the_first_that_decides() -> None:
+    # Small: size decides; the questions below it are not asked (isolation always is).
+    d = _d(est="2ms")
+    assert _asked(d, "execution") == ["size", "isolation"]
+    assert d.decided_by == "size"
+    # At volume, waiting, 300 at once: count decides after size..ordering were asked.
+    d = _d(est="40ms", bound="io", concurrency=300)
+    assert _asked(d, "execution") == ["size", "bound", "independence", "ordering", "count", "isolation"]
+    assert d.decided_by == "count"
+
+
+def test_isolation_overrides_the_earlier_decider_and_says_so() -> None:
+    d = _d(est="2ms", isolate=True)
+    assert d.execution == "processes"
+    assert d.decided_by == "isolation"
+    size = next(a for a in d.questions if a.id == "size")
+    assert not size.decided
+    assert "overridden by isolation" in size.answer
+
+
+def test_stages_hand_data_on_through_channels() -> None:
+    d = _d(est="200ms", bound="io", stages=3, concurrency=8)
+    assert d.execution == "channels"
+    assert d.decided_by == "independence"
+    assert "foundry_channel_fill" in d.watch
+
+
+def test_large_partitionable_compute_is_parallel() -> None:
+    d = _d(est="30s", bound="cpu", partitionable=True, items=10**7)
+    assert d.execution == "parallel"
+    assert d.decided_by == "bound"
+    assert "foundry_cpu_utilisation" in d.watch
+
+
+def test_small_partitionable_input_falls_back_to_sequential_and_says_so() -> None:
+    d = _d(est="30s", bound="cpu", partitionable=True, items=PARALLEL_MIN_ITEMS - 1)
+    assert d.execution == "sequential"
+    assert d.decided_by == "bound"
+    assert any("slower than a loop" in a.answer for a in d.questions)
+    assert any("parallel rejected for size" in n for n in d.notes)
+    parallel = next(r for r in d.rejected if r.model == "parallel")
+    assert str(PARALLEL_MIN_ITEMS - 1) in parallel.reason
+
+
+@pytest.mark.parametrize(
+    ("gil", "execution"), [(None, "processes"), (True, "processes"), (False, "bounded_pool")]
+)
+def test_compute_needing_cores_is_processes_under_the_gil(gil: bool | None, execution: str) -> None:
+    d = _d(Host(cores=8, gil=gil), est="2s", bound="cpu", concurrency=4)
+    assert d.execution == execution
+    if execution == "processes":
+        assert d.decided_by == "bound"
+        assert any("sys._is_gil_enabled()" in n for n in d.notes)
+
+
+def test_shared_mutable_state_under_compute_is_threads_with_locks() -> None:
+    d = _d(est="50ms", bound="cpu", concurrency=8, shares=["price cache"])
+    assert d.execution == "threads"
+    assert any("price cache" in n for n in d.notes)
+
+
+def test_shared_state_while_waiting_is_serialised_per_key() -> None:
+    d = _d(est="50ms", bound="io", concurrency=8, shares=["orders table"], key="order_id")
+    assert d.execution == "bounded_pool"
+    assert any("serialise per order_id" in n for n in d.notes)
+
+
+def test_per_key_order_is_one_in_order_consumer() -> None:
+    d = _d(est="20ms", bound="io", concurrency=50, ordered=True, key="account")
+    assert d.execution == "sequential"
+    assert d.decided_by == "ordering"
+
+
+def test_long_running_constrains_but_does_not_choose() -> None:
+    d = _d(est="20m", bound="io")
+    assert d.decided_by == "fallback"
+    assert any("cancellable" in n for n in d.notes)
+
+
+def test_delivery_framework() -> None:
+    assert _d(multi_step=True, compensate=True).delivery == "workflow"
+    assert _d(multi_step=True, durable=True).delivery == "workflow"
+    assert _d(multi_step=True).delivery == "direct"  # short, not durable: functions calling functions
+    assert _d(durable=True).delivery == "queue"
+    assert _d(durable=True, replay=True).delivery == "stream"
+    assert _d(consumers=3).delivery == "stream"
+    assert _d(ordered=True, background=True).delivery == "stream"
+    assert _d(background=True, rate="5000/s").delivery == "stream"
+    assert _d(latency="20ms", idempotent=True).delivery == "pool"
+    assert _d(latency="20ms").delivery == "direct"
+    assert _d(background=True).delivery == "queue"
+
+
+def test_the_simpler_thing_and_rejections_read_as_advice() -> None:
+    d = _d(durable=True, est="90s", bound="cpu", isolate=True)
+    assert "scale out" in d.simpler or "direct" in d.simpler
+    direct = next(r for r in d.rejected if r.model == "direct")
+    assert "durable=True" in direct.reason
+    floor = _d(est="2ms")
+    assert "simplest" in floor.simpler
