@@ -1,0 +1,228 @@
+"""parallel: the chunk plan, order restored at the join, item-indexed errors, fallback.
+
+The functions mapped are module-level so that worker processes can import them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from foundry import Foundry
+from foundry.errors import SubmitError
+from foundry.execute.parallel import (
+    DEFAULT_THRESHOLD,
+    ParallelExecutor,
+    make_runner,
+    parallel_map,
+    plan_chunks,
+)
+from foundry.observe import names
+from foundry.runtime import SubmitOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def uneven(n: int) -> int:
+    """CPU work whose cost varies a lot by item (load imbalance on purpose)."""
+    total = 0
+    for i in range((n % 7) * 300):
+        total += i * i
+    return total + n
+
+
+def reject_77(n: int) -> int:
+    if n == 77:
+        raise ValueError(f"item {n} is malformed")
+    return n
+
+
+def scale(n: int, *, by: int) -> int:
+    return n * by
+
+
+@pytest.fixture(scope="module")
+def executor() -> Any:
+    ex = ParallelExecutor(workers=2, name="t")
+    yield ex
+    ex.close()
+
+
+# -- the plan -----------------------------------------------------------------------------
+
+
+def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
+    plan = plan_chunks(12, workers=4)
+    assert plan.mode == "sequential"
+    assert plan.reason == f"fell back to sequential: 12 items < threshold {DEFAULT_THRESHOLD}"
+    tiny = plan_chunks(5000, workers=4, est=2e-6)
+    assert tiny.mode == "sequential"
+    assert "less than shipping it to processes costs" in tiny.reason
+    assert plan_chunks(5000, workers=1, est=0.01).mode == "sequential"
+
+
+def test_chunks_outnumber_workers_and_carry_enough_work_each() -> None:
+    plan = plan_chunks(10_000, workers=4, est=0.001)
+    assert plan.mode == "processes"
+    assert plan.chunks >= 4 * 4  # load imbalance bounded by one small chunk
+    assert plan.chunksize * plan.est >= 0.005  # IPC stays small against the work
+    cheap = plan_chunks(1_000_000, workers=2, est=1e-6)
+    assert cheap.chunksize * 1e-6 >= 0.005
+    heavy = plan_chunks(100, workers=2, est=1.0)
+    assert heavy.chunksize == 1
+    assert heavy.chunks == 100
+    explicit = plan_chunks(1000, workers=2, chunksize=64)
+    assert (explicit.chunksize, explicit.chunks) == (64, 16)
+    with pytest.raises(SubmitError, match="chunksize"):
+        plan_chunks(1000, workers=2, chunksize=0)
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+def test_order_is_restored_at_the_join_with_uneven_chunks(executor: ParallelExecutor) -> None:
+    data = list(range(3000))
+    assert executor.map(uneven, data, chunksize=37) == [uneven(n) for n in data]
+    assert executor.last_plan is not None
+    assert executor.last_plan.mode == "processes"
+    assert executor.last_plan.chunks == 82
+    assert executor.metrics.value(names.UNIT_COMPLETED, unit="t", model="parallel") >= 3000
+    assert 0 < executor.metrics.value(names.CPU_UTILISATION, unit="t") <= 1
+
+
+def test_auto_chunking_measures_the_first_items_and_keeps_their_results(executor: ParallelExecutor) -> None:
+    data = list(range(4000))
+    assert executor.map(uneven, data, min_work=0.0) == [uneven(n) for n in data]
+    plan = executor.last_plan
+    assert plan is not None
+    assert plan.mode == "processes"
+    assert plan.probed >= 1
+    assert plan.est is not None
+    assert plan.items == 4000 - plan.probed
+
+
+def test_a_failed_item_is_reported_with_its_index_and_the_rest_complete(executor: ParallelExecutor) -> None:
+    with pytest.raises(ValueError, match="item 77 is malformed") as info:
+        executor.map(reject_77, range(500), chunksize=50)
+    notes = "\n".join(info.value.__notes__)
+    assert "item 77 failed (chunk 1, items 50..99)" in notes
+    assert "raised in worker pid" in notes
+    outcomes = executor.map(reject_77, range(500), chunksize=50, errors="return")
+    assert isinstance(outcomes[77], ValueError)
+    assert outcomes[:77] == list(range(77))
+    assert outcomes[78:] == list(range(78, 500))
+
+
+def test_what_cannot_be_sent_to_a_process_fails_before_it_runs(executor: ParallelExecutor) -> None:
+    with pytest.raises(SubmitError, match="define it at module level"):
+        executor.map(lambda n: n, range(200), chunksize=10)
+    data: list[Any] = list(range(200))
+    data[150] = lambda: None
+    with pytest.raises(SubmitError, match="item 150 cannot be sent"):
+        executor.map(uneven, data, chunksize=10)
+
+
+def test_parallel_map_passes_keyword_arguments_and_small_inputs_run_in_the_caller() -> None:
+    assert parallel_map(scale, range(10), by=3) == [n * 3 for n in range(10)]
+    assert parallel_map(scale, range(300), by=2, chunksize=25, workers=2) == [n * 2 for n in range(300)]
+
+
+def test_progress_bar_shows_on_a_terminal_and_stays_off_otherwise(executor: ParallelExecutor) -> None:
+    shown = io.StringIO()
+    executor.map(
+        uneven, range(400), chunksize=50, console=Console(file=shown, force_terminal=True), progress=True
+    )
+    assert "400/400" in shown.getvalue()
+    hidden = io.StringIO()
+    executor.map(uneven, range(400), chunksize=50, console=Console(file=hidden, force_terminal=False))
+    assert hidden.getvalue() == ""
+    off = io.StringIO()
+    executor.map(
+        uneven, range(400), chunksize=50, console=Console(file=off, force_terminal=True), progress=False
+    )
+    assert off.getvalue() == ""
+
+
+# -- a @app.work(partitionable=True) unit ---------------------------------------------------
+
+
+def test_a_parallel_unit_records_its_fallback_in_its_decision(home: Any) -> None:
+    app = Foundry("par")
+    unit = app.work(partitionable=True, bound="cpu", name="uneven")(uneven)
+    assert unit.decision.execution == "parallel"
+    runner = make_runner(unit.spec, app.context())
+    try:
+        assert runner.call((list(range(12)),), {}) == [uneven(n) for n in range(12)]
+        assert f"fell back to sequential: 12 items < threshold {DEFAULT_THRESHOLD}" in runner.decision.notes
+        handle = runner.submit((list(range(2000)),), {}, SubmitOptions())
+        assert handle.result(60) == [uneven(n) for n in range(2000)]
+        assert list(runner.map(range(5))) == [uneven(n) for n in range(5)]
+        with pytest.raises(SubmitError, match="one iterable"):
+            runner.submit((1, 2), {}, SubmitOptions())
+    finally:
+        runner.close()
+
+
+def test_children_die_with_the_parent_even_by_sigkill(tmp_path: Path) -> None:
+    script = tmp_path / "victim.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys, time
+            from foundry.execute.parallel import ParallelExecutor
+
+            def forever(n):
+                time.sleep(60)
+                return n
+
+            if __name__ == "__main__":
+                ex = ParallelExecutor(workers=2)
+                pool = ex._get_pool()
+                futures = [pool.submit(forever, i) for i in range(2)]
+                time.sleep(0.5)
+                print(" ".join(str(p) for p in pool._processes), flush=True)
+                time.sleep(60)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ}
+    )
+    try:
+        assert proc.stdout is not None
+        children = [int(p) for p in proc.stdout.readline().split()]
+        assert len(children) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead: reaped by init soon
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
