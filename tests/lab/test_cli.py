@@ -174,6 +174,22 @@ def test_plot_writes_a_valid_png(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert loop_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_server_and_fit_plots(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "server.png"
+    argv = ["server", "--requests", "600", "--replications", "2", "--sweep", "20,40", "--plot", str(png)]
+    assert _run(capsys, *argv)[0] == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = tmp_path / "t.csv"
+    csv.write_text("\n".join(["40ms", "50ms", "60ms"] * 10) + "\n")
+    svg = tmp_path / "fit.svg"
+    argv = ["fit", "--csv", str(csv), "--rate", "100/s", "--target", "80ms", "--plot", str(svg)]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0
+    assert "pool size" in out
+    assert "<svg" in svg.read_text()[:500]
+
+
 def test_lab_pool_imports_neither_numpy_nor_matplotlib() -> None:
     code = (
         "import sys; from foundry.cli import main; main(['lab', 'pool', '--no-sim', '--json']);"

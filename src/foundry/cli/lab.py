@@ -240,9 +240,12 @@ def run_pool(args: argparse.Namespace) -> int:
     from foundry.lab.queueing import analyse_pool
     from foundry.lab.sim import simulate_pool
 
-    analysis = analyse_pool(args.workers, args.service, args.rate, args.ca, args.cs)
     service = Dist.of(args.service, args.cs, args.service_dist, field="--cs")
     arrivals = Dist.of(1.0 / args.rate, args.ca, args.arrivals, field="--ca") if args.rate > 0 else None
+    # the closed forms use the variability the simulation really has (e.g. --arrivals deterministic)
+    args.ca = arrivals.cv if arrivals is not None else args.ca
+    args.cs = service.cv
+    analysis = analyse_pool(args.workers, args.service, args.rate, args.ca, args.cs)
     want_sim = args.sim if args.sim is not None else (analysis.stable or args.horizon is not None)
     sim = None
     if want_sim:
@@ -262,7 +265,7 @@ def run_pool(args: argparse.Namespace) -> int:
             replications=args.replications,
             seed=args.seed,
             confidence=args.confidence,
-            horizon=args.horizon if args.horizon is not None or analysis.stable else None,
+            horizon=args.horizon,
         )
     plot = _pool_plot(args, analysis, service, arrivals, sim) if args.plot else None
     if args.json:
@@ -350,6 +353,11 @@ def _print_pool(analysis: PoolAnalysis, sim: PoolSim | None) -> None:
     )
     for m in rows:
         console.print(f"[dim]{m.method}: {m.note}[/dim]")
+    if a.ca != 1.0 or a.cs != 1.0:
+        console.print(
+            f"[dim]ca={a.ca:g}, cs={a.cs:g}: the Erlang C column still assumes Poisson arrivals and "
+            "exponential service; the G/G/c columns and the simulation use your variability[/dim]"
+        )
     if sim is not None:
         console.print(
             "[dim]simulation L is the time-averaged number in system; its Little λ × W uses the measured "
@@ -652,6 +660,7 @@ def run_fit(args: argparse.Namespace) -> int:
         max_utilisation=args.max_utilisation,
         downstream_capacity=args.downstream_capacity,
         seed=args.seed,
+        confidence=args.confidence,
     )
     plot = None
     if args.plot:

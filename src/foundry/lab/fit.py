@@ -38,7 +38,7 @@ from typing import Any
 from foundry.errors import LabInputError
 from foundry.lab.distributions import Dist
 from foundry.lab.queueing import ALLEN_CUNNEEN, allen_cunneen, check_positive, workers_for
-from foundry.lab.sim import simulate_pool
+from foundry.lab.sim import sim_label, simulate_pool
 from foundry.lab.stats import quantile
 
 __all__ = ["Fit", "Measured", "load_csv", "load_snapshot", "recommend"]
@@ -256,6 +256,7 @@ def recommend(
     customers: int = 5_000,
     replications: int = 5,
     seed: int = 0,
+    confidence: float = 0.95,
 ) -> Fit:
     """Pool size, permits and intake bound for ``target`` (mean, or ``percentile``)."""
     lam = rate if rate is not None else measured.rate
@@ -280,7 +281,14 @@ def recommend(
 
     def check(c: int) -> tuple[float, float, float | None, float | None, float]:
         sim = simulate_pool(
-            c, s, lam, arrivals=arrivals, customers=customers, replications=replications, seed=seed
+            c,
+            s,
+            lam,
+            arrivals=arrivals,
+            customers=customers,
+            replications=replications,
+            seed=seed,
+            confidence=confidence,
         )
         est = {50: sim.p50, 95: sim.p95, 99: sim.p99}.get(int(percentile)) if percentile is not None else None
         return (
@@ -342,6 +350,6 @@ def recommend(
         knee,
         intake,
         tuple(notes),
-        f"simulation, 95% CI ({'trace-driven resampling' if s.kind == 'empirical' else s.describe()}, "
+        f"{sim_label(confidence)} ({'trace-driven resampling' if s.kind == 'empirical' else s.describe()}, "
         f"{replications} × {customers} customers)",
     )
