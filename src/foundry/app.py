@@ -215,6 +215,19 @@ class Foundry:
                 self._runners[spec.name] = runner
             return runner
 
+    def signal(self, workflow_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` with a JSON ``payload`` into a workflow's durable inbox
+        (``wf.wait_for(name)`` receives it), from any process."""
+        from foundry.deliver.workflow import runtime_of
+
+        runtime_of(self).signal(workflow_id, name, payload)
+
+    def workflow_handle(self, workflow_id: str) -> Any:
+        """A :class:`~foundry.handle.Handle` on a workflow run, whoever started it."""
+        from foundry.deliver.workflow import runtime_of
+
+        return runtime_of(self).handle(workflow_id)
+
     def close(self, timeout: float = 10.0) -> None:
         """Drain and stop every runtime this app started."""
         with self._lock:
