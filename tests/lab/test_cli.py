@@ -77,6 +77,7 @@ def test_unstable_pool_is_a_statement_not_a_number(capsys: pytest.CaptureFixture
         (["loop", "--cpu", "0ms"], 1, "cpu=0.0"),
         (["server", "--cores", "0"], 1, "cores=0"),
         (["pool", "--plot", "out.gif", "--no-sim"], 1, ".png or .svg"),
+        (["pool", "--arrivals", "pareto", "--no-sim"], 1, "--arrivals='pareto'"),
     ],
 )
 def test_invalid_inputs_exit_cleanly(

@@ -89,8 +89,6 @@ def _common(parser: argparse.ArgumentParser, *, sim: bool = True) -> None:
 
 
 def add_parser(sub: Any) -> None:
-    from foundry.lab.distributions import KINDS
-
     lab: argparse.ArgumentParser = sub.add_parser(
         "lab", help="queueing models and simulation: pool sizing, permits, server models, loop starvation"
     )
@@ -114,10 +112,9 @@ def add_parser(sub: Any) -> None:
     pool.add_argument(
         "--cs", type=float, default=1.0, help="service coefficient of variation (1: exponential)"
     )
-    pool.add_argument("--arrivals", choices=[k for k in KINDS if k != "empirical"], default="auto")
-    pool.add_argument(
-        "--service-dist", choices=[k for k in KINDS if k not in ("empirical", "batch")], default="auto"
-    )
+    shapes = "auto (by CV), deterministic, exponential, gamma, h2, lognormal"
+    pool.add_argument("--arrivals", default="auto", help=f"arrival process: {shapes}, batch")
+    pool.add_argument("--service-dist", default="auto", help=f"service distribution: {shapes}")
     mode = pool.add_mutually_exclusive_group()
     mode.add_argument("--sim", dest="sim", action="store_true", default=None, help="always simulate")
     mode.add_argument("--no-sim", dest="sim", action="store_false", help="closed forms only")
@@ -240,8 +237,22 @@ def run_pool(args: argparse.Namespace) -> int:
     from foundry.lab.queueing import analyse_pool
     from foundry.lab.sim import simulate_pool
 
-    service = Dist.of(args.service, args.cs, args.service_dist, field="--cs")
-    arrivals = Dist.of(1.0 / args.rate, args.ca, args.arrivals, field="--ca") if args.rate > 0 else None
+    shapes = ("auto", "deterministic", "exponential", "gamma", "h2", "lognormal")
+    service = Dist.of(
+        args.service, args.cs, args.service_dist, field="--cs", kind_field="--service-dist", kinds=shapes
+    )
+    arrivals = (
+        Dist.of(
+            1.0 / args.rate,
+            args.ca,
+            args.arrivals,
+            field="--ca",
+            kind_field="--arrivals",
+            kinds=(*shapes, "batch"),
+        )
+        if args.rate > 0
+        else None
+    )
     # the closed forms use the variability the simulation really has (e.g. --arrivals deterministic)
     args.ca = arrivals.cv if arrivals is not None else args.ca
     args.cs = service.cv

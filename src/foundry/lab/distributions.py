@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from foundry.errors import LabInputError
 
-__all__ = ["KINDS", "Dist", "Sampler"]
+__all__ = ["KINDS", "PARAMETRIC", "Dist", "Sampler"]
 
 KINDS: tuple[str, ...] = (
     "auto",
@@ -37,6 +37,9 @@ KINDS: tuple[str, ...] = (
     "batch",
     "empirical",
 )
+
+PARAMETRIC: tuple[str, ...] = tuple(k for k in KINDS if k != "empirical")
+"""Kinds :meth:`Dist.of` builds from a mean and a CV (``empirical`` needs the sample)."""
 
 Sampler = Callable[[], float]
 
@@ -51,10 +54,22 @@ class Dist:
     values: tuple[float, ...] = field(default=(), repr=False)
 
     @classmethod
-    def of(cls, mean: float, cv: float = 1.0, kind: str = "auto", *, field: str = "distribution") -> Dist:
-        """Validate and resolve ``auto``; ``cv`` is the coefficient of variation (not squared)."""
-        if kind not in KINDS:
-            raise LabInputError(field, kind, "is not a known distribution", f"use one of {', '.join(KINDS)}")
+    def of(
+        cls,
+        mean: float,
+        cv: float = 1.0,
+        kind: str = "auto",
+        *,
+        field: str = "distribution",
+        kind_field: str = "kind",
+        kinds: tuple[str, ...] = PARAMETRIC,
+    ) -> Dist:
+        """Validate and resolve ``auto``; ``cv`` is the coefficient of variation (not squared).
+        ``field`` names the CV and ``kind_field`` the kind in errors; ``kinds`` are allowed."""
+        if kind not in kinds:
+            raise LabInputError(
+                kind_field, kind, "is not a known distribution", f"use one of {', '.join(kinds)}"
+            )
         if not (math.isfinite(mean) and mean > 0):
             raise LabInputError(field, mean, "mean must be positive and finite", "give a positive mean")
         if not (math.isfinite(cv) and cv >= 0):
@@ -77,8 +92,6 @@ class Dist:
         elif kind == "batch":
             k = max(1, round((scv + 1.0) / 2.0))
             scv = 2.0 * k - 1.0
-        elif kind == "empirical":
-            raise LabInputError(field, kind, "needs measured values", "use Dist.empirical(values)")
         return cls(mean, scv, kind)
 
     @classmethod
