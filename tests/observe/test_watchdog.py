@@ -1,0 +1,159 @@
+"""The loop-lag monitor and the starvation watchdog, on the seed's payments example.
+
+Assertions are about detection and attribution (which function, which unit, which new
+decision) and about the order of events, never about how many milliseconds passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from foundry import Foundry
+from foundry.demos.inprocess import build_units, payments_scenario, sign_body
+from foundry.observe import names
+from foundry.observe.metrics import Registry
+from foundry.observe.watchdog import LoopMonitor, Watchdog
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x = (x * 31 + 7) % 1_000_003
+
+
+@pytest.fixture
+def app(home: Any) -> Any:
+    app = Foundry("watchdog-test")
+    yield app
+    app.close()
+
+
+def test_the_monitor_records_lag_for_a_blocked_loop() -> None:
+    registry = Registry()
+
+    async def main() -> dict[str, float]:
+        monitor = LoopMonitor(asyncio.get_running_loop(), registry=registry, name="t", interval=0.01)
+        monitor.start()
+        await asyncio.sleep(0.05)
+        spin(0.2)  # hold the loop: the next tick is late by at least most of this
+        await asyncio.sleep(0.05)
+        monitor.stop()
+        return monitor.summary()
+
+    summary = asyncio.run(main())
+    assert summary["count"] >= 3
+    assert summary["max"] >= 0.1  # a lower bound set by the block itself
+    assert registry.snapshot()[names.LOOP_LAG][0]["labels"] == {"loop": "t"}
+
+
+def test_inline_signing_fires_the_watchdog_naming_sign_body_and_proposing_a_pool(app: Any) -> None:
+    units = build_units(app)
+
+    run = asyncio.run(
+        payments_scenario(
+            units.handle_payment_inline.fn,
+            variant="inline",
+            units=[units.handle_payment_inline],
+            threshold=0.05,
+            registry=app.metrics,
+        )
+    )
+    # Then: detected, attributed to the signing function inside the declared handler ...
+    assert run.reports, "the watchdog did not fire on a loop held by 6 × 35 ms of signing"
+    report = run.reports[0]
+    assert report.culprit is not None
+    assert report.culprit.function == "sign_body"
+    assert report.unit == "handle_payment_inline"
+    assert report.phase == "sign_body"
+    assert report.coroutine is not None
+    assert "handle_payment_inline" in report.coroutine
+    assert report.decision is not None
+    assert report.decision.execution in ("bounded_pool", "processes")
+    assert "compute-bound: reclassify" in report.message
+    assert any(frame.function == "handle_payment_inline" for frame in report.stack)
+    assert app.metrics.value(names.LOOP_BLOCKED, loop="inline") >= 1
+    # ... and the health check could only run once a signature had finished.
+    assert run.health_ran_after_first_signature
+    assert len(run.signed_at) == 6
+
+
+def test_signing_on_a_pool_keeps_the_watchdog_quiet_and_the_health_check_prompt(app: Any) -> None:
+    units = build_units(app)
+    pool = ThreadPoolExecutor(2)
+
+    async def handle_payment(payment: dict[str, Any]) -> Any:
+        await asyncio.sleep(0.005)
+        return await asyncio.get_running_loop().run_in_executor(pool, sign_body, repr(payment).encode())
+
+    try:
+        run = asyncio.run(
+            payments_scenario(
+                handle_payment,
+                variant="pooled",
+                units=[units.handle_payment_inline],
+                threshold=0.05,
+                registry=app.metrics,
+            )
+        )
+    finally:
+        pool.shutdown()
+    assert not [r for r in run.reports if r.culprit is not None and r.culprit.function == "sign_body"]
+    assert len(run.signed_at) == 6
+    assert run.health_ran_before_last_signature  # the loop was free while the pool signed
+
+
+def test_an_unknown_culprit_is_still_named_and_re_decided_from_its_measured_cost() -> None:
+    async def main() -> list[Any]:
+        async with Watchdog(threshold=0.03, log_reports=False) as watchdog:
+            await asyncio.sleep(0.05)
+            spin(0.15)
+            await asyncio.sleep(0.1)
+        return list(watchdog.reports)
+
+    reports = asyncio.run(main())
+    assert reports
+    assert reports[0].culprit is not None
+    assert reports[0].culprit.function == "spin"
+    assert reports[0].unit is None
+    assert reports[0].decision is not None
+    assert reports[0].decision.phase == "spin"
+
+
+def test_a_loop_held_past_report_after_is_reported_while_still_blocked() -> None:
+    seen: list[Any] = []
+
+    async def main() -> None:
+        async with Watchdog(threshold=0.03, report_after=0.1, on_stall=seen.append, log_reports=False):
+            await asyncio.sleep(0.05)
+            spin(0.4)
+            await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    assert seen
+    assert seen[0].ongoing
+    assert "still blocked" in seen[0].message
+    assert len(seen) == 1  # one report per stall
+
+
+def test_an_idle_or_stopped_loop_is_not_a_stall() -> None:
+    async def main() -> Watchdog:
+        watchdog = Watchdog(threshold=0.25, log_reports=False).start()
+        await asyncio.sleep(0.3)
+        return watchdog
+
+    loop = asyncio.new_event_loop()
+    try:
+        watchdog = loop.run_until_complete(main())
+        time.sleep(0.4)  # the loop is not running now: the late tick is not a stall
+        assert not watchdog.reports
+        watchdog.stop()
+        with pytest.raises(ValueError, match="threshold"):
+            Watchdog(loop, threshold=0)
+    finally:
+        loop.close()
