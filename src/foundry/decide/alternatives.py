@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from foundry.decide.model import Rejected
-from foundry.decide.questions import ASYNC_MIN, LATENCY_BUDGET, PARALLEL_MIN_ITEMS, in_flight
+from foundry.decide.questions import ASYNC_MIN, LATENCY_BUDGET, PARALLEL_MIN_ITEMS, fmt_in_flight, in_flight
 from foundry.traits import DELIVERIES, EXECUTIONS, Traits
 
 __all__ = ["rejected_delivery", "rejected_execution"]
@@ -72,7 +72,7 @@ def _sequential(t: Traits) -> str | None:
         return "isolate=True: a crash in the work would take the caller down with it"
     n = in_flight(t)
     if n is not None and n >= 2:
-        return f"~{n:.3g} in flight: one at a time, the wall time is the sum of every wait"
+        return f"{fmt_in_flight(t)} in flight: one at a time, the wall time is the sum of every wait"
     if t.stages and t.stages >= 2:
         return f"{t.stages} stages could overlap; one at a time they cannot"
     return None
@@ -85,7 +85,7 @@ def _async(t: Traits) -> str | None:
         return "no crash containment: one crash ends every task on the loop"
     n = in_flight(t)
     if n is not None and n < ASYNC_MIN:
-        return f"~{n:.3g} in flight: tens need no event loop, and async colours every caller"
+        return f"{fmt_in_flight(t)} in flight: tens need no event loop, and async colours every caller"
     if t.bound is None:
         return "not declared waiting-bound (bound='io'): async only pays for waiting work"
     return None
@@ -106,7 +106,7 @@ def _bounded_pool(t: Traits) -> str | None:
         return "isolate=True: pooled threads share one address space, a crash takes every unit"
     n = in_flight(t)
     if t.bound == "io" and n is not None and n >= ASYNC_MIN:
-        return f"~{n:.3g} waiting at once: a thread each does not scale; tasks do"
+        return f"{fmt_in_flight(t)} waiting at once: a thread each does not scale; tasks do"
     if n is None and not t.is_long:
         return "no count declared that needs a cap (declare concurrency= or rate=)"
     return None

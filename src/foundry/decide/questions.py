@@ -31,6 +31,7 @@ __all__ = [
     "Question",
     "Step",
     "Walk",
+    "fmt_in_flight",
     "fmt_seconds",
     "in_flight",
     "walk_delivery",
@@ -101,6 +102,14 @@ def in_flight(t: Traits) -> float | None:
     if t.rate is not None and t.est is not None:
         return t.rate * t.est
     return None
+
+
+def fmt_in_flight(t: Traits) -> str:
+    """How many are in flight, as declared ("300") or derived ("~10.5 (rate x est)")."""
+    if t.concurrency is not None:
+        return str(t.concurrency)
+    n = in_flight(t)
+    return "not declared" if n is None else f"~{n:.3g} (rate x est)"
 
 
 def _at_volume(t: Traits) -> bool:
@@ -271,6 +280,8 @@ def _bound(t: Traits, host: Host) -> Step:
             "processes",
             note=_gil_note(host),
         )
+    if t.est is not None and t.est >= LONG_UNIT_EST:
+        return Step(f"computing, {fmt_seconds(t.est)} per unit, one core each: how many decides")
     return Step("computing: short units, how many decides")
 
 
@@ -281,8 +292,9 @@ def _gil_note(host: Host) -> str:
             "compute that needs several cores needs processes (check sys._is_gil_enabled())"
         )
     return (
-        "this interpreter has the GIL (sys._is_gil_enabled() is True): threads run Python bytecode "
-        "one at a time, so compute that needs several cores needs processes"
+        "this interpreter has the GIL (sys._is_gil_enabled() is True, or the function does not exist "
+        "before 3.13): threads run Python bytecode one at a time, so compute that needs several cores "
+        "needs processes"
     )
 
 
@@ -328,7 +340,7 @@ def _count(t: Traits, host: Host) -> Step:
     n = in_flight(t)
     if n is None:
         return Step("not declared (declare concurrency=, or rate= with est=)")
-    shown = f"{t.concurrency}" if t.concurrency is not None else f"~{n:.3g} (rate x est)"
+    shown = fmt_in_flight(t)
     if n < 2:
         return Step(f"{shown}: one at a time, nothing to overlap", "sequential")
     if t.bound == "io" and n >= ASYNC_MIN:
@@ -342,7 +354,8 @@ def _count(t: Traits, host: Host) -> Step:
                 "releases the GIL (hashlib, zlib, cryptography, numpy)"
             )
         return Step(f"{shown} short compute tasks: cap them with a pool", "bounded_pool", note=note)
-    return Step(f"{shown} at once: tens, not thousands; cap them with a pool", "bounded_pool")
+    kind = "mixed work" if t.bound == "mixed" else "work of undeclared kind"
+    return Step(f"{shown} at once, {kind}: cap them with a pool", "bounded_pool")
 
 
 def _duration(t: Traits, host: Host) -> Step:
