@@ -47,6 +47,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import dataclasses
+import functools
 import math
 import os
 import pickle
@@ -84,7 +85,8 @@ CHUNKS_PER_WORKER = 4
 MIN_CHUNK_SECONDS = 0.005
 MAX_CHUNK_SECONDS = 0.25
 PROBE_SECONDS = 0.002
-PROBE_MAX_ITEMS = 8
+PROBE_MAX_ITEMS = 256
+SEQUENTIAL_BATCH = 256
 IN_FLIGHT_PER_WORKER = 2
 
 
@@ -433,20 +435,23 @@ class ParallelExecutor:
         self, fn: Callable[..., Any], data: Sequence[Any], kw: dict[str, Any], run: _Run
     ) -> tuple[int, float]:
         """Run the first items here to measure the per-item cost; keep their results."""
-        count = 0
-        spent = 0.0
-        while count < min(PROBE_MAX_ITEMS, len(data)) and (count == 0 or spent < PROBE_SECONDS):
-            cpu = time.process_time()
-            started = time.perf_counter()
+        limit = max(1, min(PROBE_MAX_ITEMS, len(data) // 8))
+        count = failed = 0
+        cpu = time.process_time()
+        started = time.perf_counter()
+        while count < limit:
             try:
                 run.results[count] = fn(data[count], **kw)
-                self._m.completed.inc()
             except Exception as exc:
                 self._record(run, count, exc)
-                self._m.failed.inc()
-            spent += time.perf_counter() - started
-            run.cpu += time.process_time() - cpu
+                failed += 1
             count += 1
+            if time.perf_counter() - started >= PROBE_SECONDS:
+                break
+        spent = time.perf_counter() - started
+        run.cpu += time.process_time() - cpu
+        self._m.completed.inc(count - failed)
+        self._m.failed.inc(failed)
         return count, spent / count
 
     def _check_stop(
@@ -471,16 +476,23 @@ class ParallelExecutor:
         deadline: float | None,
         cancel: threading.Event | None,
     ) -> None:
-        for index in range(start, len(data)):
-            if index % 64 == 0:
-                self._check_stop(deadline, cancel, index, len(data))
-            try:
-                run.results[index] = fn(data[index], **kw)
-                self._m.completed.inc()
-            except Exception as exc:
-                self._record(run, index, exc)
-                self._m.failed.inc()
-            bar.advance(1)
+        call = functools.partial(fn, **kw) if kw else fn
+        results = run.results
+        index, total = start, len(data)
+        while index < total:  # in batches: stop/timeout checks and metrics per batch, not per item
+            self._check_stop(deadline, cancel, index, total)
+            stop = min(total, index + SEQUENTIAL_BATCH)
+            failed = 0
+            for i in range(index, stop):
+                try:
+                    results[i] = call(data[i])
+                except Exception as exc:
+                    self._record(run, i, exc)
+                    failed += 1
+            self._m.completed.inc(stop - index - failed)
+            self._m.failed.inc(failed)
+            bar.advance(stop - index)
+            index = stop
 
     def _payload(self, data: Sequence[Any], start: int, stop: int) -> bytes:
         chunk = list(data[start:stop])
