@@ -135,3 +135,17 @@ def test_the_simpler_thing_and_rejections_read_as_advice() -> None:
     assert "durable=True" in direct.reason
     floor = _d(est="2ms")
     assert "simplest" in floor.simpler
+
+
+def test_the_docs_name_every_question_and_warning() -> None:
+    from pathlib import Path
+
+    from foundry.decide.antipatterns import CODES
+    from foundry.decide.questions import DELIVERY_FALLBACK, FALLBACK, ISOLATION
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "decisions.md").read_text()
+    questions = (*DELIVERY_QUESTIONS, DELIVERY_FALLBACK, *EXECUTION_QUESTIONS, ISOLATION, FALLBACK)
+    for qid in (q.id for q in questions):
+        assert f"`{qid}`" in docs, qid
+    for code in CODES:
+        assert f"`{code}`" in docs, code

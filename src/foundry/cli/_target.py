@@ -17,7 +17,16 @@ from typing import Any
 
 from foundry.errors import FoundryError
 
-__all__ = ["Problem", "find_apps", "load_module", "plan_rows", "reports_problems", "resolve", "split_target"]
+__all__ = [
+    "Problem",
+    "console",
+    "find_apps",
+    "load_module",
+    "plan_rows",
+    "reports_problems",
+    "resolve",
+    "split_target",
+]
 
 
 class Problem(Exception):
@@ -158,3 +167,11 @@ def resolve(target: str, what: str = "NAME") -> tuple[ModuleType, str, Any]:
     raise Problem(
         f"no unit or function named {name!r} in {module_name!r} (units: {listing}). Fix: check the name"
     )
+
+
+def console() -> Any:
+    """A rich console; a pipe or a file gets 140 columns rather than rich's default 80."""
+    from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=max(out.width, 140))

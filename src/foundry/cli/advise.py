@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from foundry.cli._target import Problem, reports_problems
+from foundry.cli._target import console as make_console
 from foundry.decide import Decision, decide
 from foundry.decide.questions import DELIVERY_QUESTIONS, EXECUTION_QUESTIONS, ISOLATION, LATENCY_BUDGET
 from foundry.errors import DeclarationError
@@ -354,9 +355,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(body, sys.stdout, indent=2)
         print()
         return 0
-    from rich.console import Console
-
     from foundry.explain import explain_renderables
 
-    Console().print(explain_renderables(name, main, decided))
+    make_console().print(explain_renderables(name, main, decided))
     return 0

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from foundry.cli._target import Problem, reports_problems, resolve
+from foundry.cli._target import console as make_console
 
 
 def add_parser(sub: Any) -> None:
@@ -44,7 +45,5 @@ def run(args: argparse.Namespace) -> int:
         app = getattr(getattr(unit, "app", None), "name", "")
         sys.stdout.write(render_markdown([(app, unit_name, decision, phases)], source=args.target))
         return 0
-    from rich.console import Console
-
-    Console().print(explain_renderables(unit_name, decision, phases))
+    make_console().print(explain_renderables(unit_name, decision, phases))
     return 0

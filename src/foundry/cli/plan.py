@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.cli._target import Problem, find_apps, load_module, plan_rows, reports_problems
+from foundry.cli._target import console as make_console
 
 
 def add_parser(sub: Any) -> None:
@@ -58,11 +59,7 @@ def run(args: argparse.Namespace) -> int:
             ) from exc
         print(f"wrote the decision record for {len(rows)} units to {args.markdown}")
         return 0
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 140))  # a pipe or file is not 80 columns wide
+    console = make_console()
     console.print(plan_table(rows, title=f"Plan for {args.target}"))
     warned = sum(1 for _, _, main, phases in rows for d in (main, *phases.values()) if d.warnings)
     if warned:

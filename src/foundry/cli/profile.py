@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from foundry.cli._target import Problem, reports_problems, resolve
+from foundry.cli._target import console as make_console
 from foundry.errors import SubmitError
 
 
@@ -91,13 +92,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(p: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from foundry.decide.questions import fmt_seconds
     from foundry.explain import first_failure
 
-    console = Console()
+    console = make_console()
     walls = [r.wall for r in p.runs]
     table = Table(title=f"Profile of {p.target} ({len(p.runs)} runs)", title_justify="left")
     table.add_column("measure", style="bold")
@@ -109,7 +109,11 @@ def _print(p: Any) -> None:
     table.add_row("peak Python memory (one run)", f"{p.peak_memory / 1024:.1f} KiB")
     table.add_row("classified", p.kind)
     console.print(table)
-    if p.ratio > 1.2:
+    if p.wall < 0.001:
+        console.print(
+            "[dim]Under 1 ms per call the clocks' own cost skews CPU/wall: profile a larger input.[/dim]"
+        )
+    elif p.ratio > 1.2:
         console.print("[dim]CPU/wall above 1: it used several cores (native threads or children).[/dim]")
     console.print(
         f'Inferred traits: [bold]est="{fmt_seconds(p.inferred.est)}", bound="{p.inferred.bound}"[/bold]'
