@@ -149,3 +149,15 @@ def test_the_docs_name_every_question_and_warning() -> None:
         assert f"`{qid}`" in docs, qid
     for code in CODES:
         assert f"`{code}`" in docs, code
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"), [({"workers": 0}, "workers"), ({"waits_on_pool": "yes"}, "waits_on_pool")]
+)
+def test_the_engines_own_traits_are_validated(raw: dict[str, Any], field: str) -> None:
+    from foundry.errors import DeclarationError
+
+    with pytest.raises(DeclarationError) as info:
+        traits_from_kwargs("unit", raw)
+    assert info.value.field == field
+    assert "Fix:" in str(info.value)

@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from foundry.decide.model import Rejected
-from foundry.decide.questions import ASYNC_MIN, LATENCY_BUDGET, PARALLEL_MIN_ITEMS, fmt_in_flight, in_flight
+from foundry.decide.questions import (
+    ASYNC_MIN,
+    HIGH_THROUGHPUT,
+    LATENCY_BUDGET,
+    PARALLEL_MIN_ITEMS,
+    fmt_in_flight,
+    in_flight,
+)
 from foundry.traits import DELIVERIES, EXECUTIONS, Traits
 
 __all__ = ["rejected_delivery", "rejected_execution"]
@@ -56,7 +63,7 @@ def _queue(t: Traits) -> str | None:
 def _stream(t: Traits) -> str | None:
     if t.compensate:
         return "a log delivers events; it does not retry or undo steps of one process"
-    if not t.ordered and not t.replay and (t.consumers or 1) <= 1 and (t.rate or 0) < 1000:
+    if not t.ordered and not t.replay and (t.consumers or 1) <= 1 and (t.rate or 0) < HIGH_THROUGHPUT:
         return "no order, fan-out, replay or high throughput: partitions, offsets and lag to run for nothing"
     return None
 

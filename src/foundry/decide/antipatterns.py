@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from foundry.decide.model import Host, Warning
-from foundry.decide.questions import ASSUMED_CORES, VOLUME_RATE, fmt_rate, fmt_seconds
+from foundry.decide.questions import ASSUMED_CORES, HIGH_THROUGHPUT, VOLUME_RATE, fmt_rate, fmt_seconds
 from foundry.traits import Traits
 
 __all__ = ["CHECKS", "CODES", "OVERRIDE_CODE", "check_all"]
@@ -41,7 +41,7 @@ def _queue_when_order_matters(t: Traits, delivery: str, execution: str, host: Ho
 def _stream_for_simple_work(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
     if delivery != "stream" or t.ordered or t.replay or (t.consumers or 1) > 1:
         return None
-    if t.rate is not None and t.rate >= 1000.0:
+    if t.rate is not None and t.rate >= HIGH_THROUGHPUT:
         return None
     volume = f" at {fmt_rate(t.rate)}" if t.rate is not None else ""
     return Warning(
