@@ -92,7 +92,9 @@ class WorkflowUnit:
         """Create the workflow for workers to run (``foundry workflows worker APP``)."""
         return self.runtime.start(self.spec, args, kwargs, id=id, local=False)
 
-    def run(self, *args: Any, id: str | None = None, timeout: float | str | None = None, **kwargs: Any) -> Any:
+    def run(
+        self, *args: Any, id: str | None = None, timeout: float | str | None = None, **kwargs: Any
+    ) -> Any:
         """Start the workflow, run it in this thread, return its result (or raise)."""
         wait = None if timeout is None else parse_duration(timeout, unit=self.name, field_name="timeout")
         return self.runtime.run(self.spec, args, kwargs, id=id, timeout=wait)

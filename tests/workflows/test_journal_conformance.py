@@ -260,6 +260,8 @@ def test_suspend_parks_until_due_or_woken(journal: JournalBackend, clock: Manual
 def test_release_makes_it_claimable_at_once(journal: JournalBackend) -> None:
     wid, token = started(journal)
     assert journal.release(wid, token)
+    # A heartbeat racing the release must not lease the workflow again
+    assert not journal.heartbeat(wid, token, lease=LEASE).alive
     [claim] = journal.claim("w2", lease=LEASE)
     assert claim.id == wid
     assert not journal.release(wid, token)

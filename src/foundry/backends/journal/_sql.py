@@ -422,7 +422,8 @@ class SqlJournal:
         with self._auto() as c:
             row = c.one(
                 "UPDATE {wf} SET lease_until = ?, current_step = ?, step_started_at = ?, updated_at = ? "
-                "WHERE id = ? AND token = ? RETURNING cancel_requested",
+                "WHERE id = ? AND token = ? AND owner IS NOT NULL AND status IN ('running', 'compensating') "
+                "RETURNING cancel_requested",
                 (now + lease, current_step, step_started_at, now, workflow_id, token),
             )
         if row is None:

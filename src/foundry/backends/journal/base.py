@@ -313,7 +313,9 @@ class JournalBackend(Protocol):
         current_step: str | None = None,
         step_started_at: float | None = None,
     ) -> Beat:
-        """Extend the lease to now + ``lease`` and publish what the run is doing."""
+        """Extend the lease to now + ``lease`` and publish what the run is doing.
+        ``alive=False`` when the token is stale or the run already parked, handed back or
+        finished the workflow (a late heartbeat never re-leases a released workflow)."""
         ...
 
     def load(self, workflow_id: str) -> tuple[WorkflowState, list[Entry]]:

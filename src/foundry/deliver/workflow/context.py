@@ -83,7 +83,6 @@ class _Completed:
     name: str
     undo: Callable[..., Any]
     result: Any
-    args: tuple[Any, ...]
     transactional: bool
     retries: int
     backoff: Any
@@ -194,11 +193,12 @@ class WorkflowContext:
         ``retries`` more attempts follow a failure in ``retry_on``, ``backoff`` seconds
         apart, doubling up to ``max_backoff`` (a long back-off parks the workflow in the
         journal instead of holding a worker). ``timeout`` bounds one attempt. When a later
-        step fails for good, ``undo(result, *args)`` runs (reverse order, journaled,
-        retried ``undo_retries`` times). With ``transactional=True`` the step is called
-        ``fn(tx, *args)`` with a :class:`~foundry.backends.journal.base.Tx` on the
-        journal's database and its writes commit in the same transaction as its record —
-        exactly once; its undo is called ``undo(tx, result, *args)`` the same way. Every
+        step fails for good, ``undo(result)`` runs (reverse order, journaled, retried
+        ``undo_retries`` times; bind more arguments with ``functools.partial``). With
+        ``transactional=True`` the step is called ``fn(tx, *args)`` with a
+        :class:`~foundry.backends.journal.base.Tx` on the journal's database and its
+        writes commit in the same transaction as its record — exactly once; its undo is
+        called ``undo(tx, result)`` the same way. Every
         other step is at-least-once: a crash after its code ran and before its record
         committed runs it again.
         """
@@ -262,6 +262,8 @@ class Run:
         self.completed: list[_Completed] = []
         self.cancel_requested = claim.cancel_requested
         self.lost = False
+        self.ended = False  # set (under beat_lock) when the run stops: no heartbeat after it
+        self.beat_lock = threading.Lock()
         self.current: tuple[str | None, float | None] = (None, None)
 
     # -- plumbing ----------------------------------------------------------------
@@ -382,7 +384,7 @@ class Run:
             )
         if undo is not None:
             self.completed.append(
-                _Completed(pos, _name_of(undo), undo, value, args, transactional, undo_retries, backoff)
+                _Completed(pos, _name_of(undo), undo, value, transactional, undo_retries, backoff)
             )
         return value
 
@@ -801,12 +803,12 @@ class Run:
                 if done.transactional:
 
                     def work(tx: Any, attempts: int = attempts) -> Entry:
-                        done.undo(tx, done.result, *done.args)
+                        done.undo(tx, done.result)
                         return self._undo_entry(pos, done, EntryStatus.OK, attempts, started, None)
 
                     self.journal(rt.journal.record_transactional, self.claim.id, self.token, pos, work)
                 else:
-                    done.undo(done.result, *done.args)
+                    done.undo(done.result)
                     self._record(self._undo_entry(pos, done, EntryStatus.OK, attempts, started, None))
                 rt.count_compensation(self.claim.name)
                 return True

@@ -203,6 +203,8 @@ class WorkflowRuntime:
         except _Control:
             outcome = None
         finally:
+            with run.beat_lock:
+                run.ended = True
             flight.dec()
             with self._lock:
                 self._runs.pop(claim.id, None)
@@ -364,17 +366,20 @@ class WorkflowRuntime:
         with self._lock:
             runs = list(self._runs.values())
         for run in runs:
-            try:
-                beat = self.journal.heartbeat(
-                    run.claim.id,
-                    run.token,
-                    lease=self.lease,
-                    current_step=run.current[0],
-                    step_started_at=run.current[1],
-                )
-            except FoundryError as exc:
-                log.warning("workflow %s: heartbeat failed: %s", run.claim.id, exc)
-                continue
+            with run.beat_lock:  # a run that ended (even by a crash) is never re-leased
+                if run.ended:
+                    continue
+                try:
+                    beat = self.journal.heartbeat(
+                        run.claim.id,
+                        run.token,
+                        lease=self.lease,
+                        current_step=run.current[0],
+                        step_started_at=run.current[1],
+                    )
+                except FoundryError as exc:
+                    log.warning("workflow %s: heartbeat failed: %s", run.claim.id, exc)
+                    continue
             if not beat.alive:
                 run.lost = True
             if beat.cancel_requested:
