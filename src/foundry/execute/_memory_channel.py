@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from foundry.errors import (
     BrokenChannelError,
@@ -284,19 +284,44 @@ class _End:
     def _deadline(timeout: float | None) -> float | None:
         return None if timeout is None else time.monotonic() + max(0.0, timeout)
 
+    def _count(self, delta: int) -> None:
+        raise NotImplementedError
+
+    def _leave(self) -> None:
+        raise NotImplementedError
+
+    def clone(self) -> Self:
+        """Another handle on this end; the end stays open while any clone is open."""
+        st = self._state
+        with st.lock:
+            if self._closed:
+                raise self._closed_error("clone()")
+            self._count(+1)
+        return type(self)(st)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._leave()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._leave()
+
 
 class SendChannel(_End, Generic[T]):
     """The sending end of a channel (see the module docstring for the contract)."""
 
     __slots__ = ()
 
-    def clone(self) -> SendChannel[T]:
-        st = self._state
-        with st.lock:
-            if self._closed:
-                raise self._closed_error("clone()")
-            st.open_send += 1
-        return SendChannel(st)
+    def _count(self, delta: int) -> None:
+        self._state.open_send += delta
+
+    def _leave(self) -> None:
+        self.close()
 
     def _step(
         self, item: T, deadline: float | None, waiter: _Waiter | None, make: Callable[[], _Waiter]
@@ -388,18 +413,6 @@ class SendChannel(_End, Generic[T]):
     async def aclose(self) -> None:
         self.close()
 
-    def __enter__(self) -> SendChannel[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> SendChannel[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<SendChannel {self._state.name} {'closed' if self._closed else 'open'}>"
 
@@ -409,13 +422,8 @@ class ReceiveChannel(_End, Generic[T]):
 
     __slots__ = ()
 
-    def clone(self) -> ReceiveChannel[T]:
-        st = self._state
-        with st.lock:
-            if self._closed:
-                raise self._closed_error("clone()")
-            st.open_receive += 1
-        return ReceiveChannel(st)
+    def _count(self, delta: int) -> None:
+        self._state.open_receive += delta
 
     def _step(
         self, deadline: float | None, waiter: _Waiter | None, make: Callable[[], _Waiter]
@@ -526,19 +534,7 @@ class ReceiveChannel(_End, Generic[T]):
         except EndOfChannel:
             raise StopAsyncIteration from None
 
-    def __enter__(self) -> ReceiveChannel[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._close_logging()
-
-    async def __aenter__(self) -> ReceiveChannel[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._close_logging()
-
-    def _close_logging(self) -> None:
+    def _leave(self) -> None:
         dropped = self.close()
         if dropped:
             log.warning(

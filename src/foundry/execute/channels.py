@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import inspect
 import logging
 import threading
@@ -463,6 +464,26 @@ class PipelineRun:
         self._stage_metrics[index].failed.inc()
         self._finish(item, error=error)
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _measured(metrics: _StageMetrics) -> Iterator[None]:
+        metrics.in_flight.inc()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            metrics.in_flight.dec()
+            metrics.duration.observe(time.perf_counter() - started)
+
+    def _handed_on(self, item: _Item, index: int, value: Any, tx: SendChannel[_Item] | None) -> bool:
+        """Count a stage's success; ``True`` when the item goes on to the next stage."""
+        self._stage_metrics[index].completed.inc()
+        if tx is None:
+            self._finish(item, value)
+            return False
+        item.value = value
+        return True
+
     def _forwarded(self, item: _Item, index: int, error: ChannelError) -> None:
         error.add_note(
             f"pipeline {self.name!r}: item #{item.index} could not be handed on after stage {index}"
@@ -488,27 +509,20 @@ class PipelineRun:
             for item in rx:
                 if not self._admit(item, index):
                     continue
-                metrics.in_flight.inc()
-                started = time.perf_counter()
                 try:
-                    value = stage.fn(item.value)
+                    with self._measured(metrics):
+                        value = stage.fn(item.value)
                 except BaseException as exc:
                     self._failed(item, index, exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                finally:
-                    metrics.in_flight.dec()
-                    metrics.duration.observe(time.perf_counter() - started)
-                metrics.completed.inc()
-                if tx is None:
-                    self._finish(item, value)
-                    continue
-                item.value = value
-                try:
-                    tx.send(item)
-                except ChannelError as exc:
-                    self._forwarded(item, index, exc)
+                if self._handed_on(item, index, value, tx):
+                    assert tx is not None
+                    try:
+                        tx.send(item)
+                    except ChannelError as exc:
+                        self._forwarded(item, index, exc)
         finally:
             self._retire(index, rx, tx)
 
@@ -525,12 +539,11 @@ class PipelineRun:
                 if item.deadline is not None:
                     left = max(0.0, item.deadline - time.monotonic())
                     limit = left if limit is None else min(limit, left)
-                metrics.in_flight.inc()
-                started = time.perf_counter()
                 limiter = asyncio.timeout(limit)
                 try:
-                    async with limiter:
-                        value = await stage.fn(item.value)
+                    with self._measured(metrics):
+                        async with limiter:
+                            value = await stage.fn(item.value)
                 except TimeoutError as exc:
                     error: BaseException = exc
                     if limiter.expired():
@@ -547,18 +560,12 @@ class PipelineRun:
                 except Exception as exc:
                     self._failed(item, index, exc)
                     continue
-                finally:
-                    metrics.in_flight.dec()
-                    metrics.duration.observe(time.perf_counter() - started)
-                metrics.completed.inc()
-                if tx is None:
-                    self._finish(item, value)
-                    continue
-                item.value = value
-                try:
-                    await tx.asend(item)
-                except ChannelError as exc:
-                    self._forwarded(item, index, exc)
+                if self._handed_on(item, index, value, tx):
+                    assert tx is not None
+                    try:
+                        await tx.asend(item)
+                    except ChannelError as exc:
+                        self._forwarded(item, index, exc)
         finally:
             self._retire(index, rx, tx)
 

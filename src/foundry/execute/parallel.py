@@ -328,12 +328,22 @@ def _show_progress(progress: bool | None, plan: ChunkPlan, console: Any) -> bool
 
 @dataclass(slots=True)
 class _Run:
-    """One map in progress: its results, failures and accounting."""
+    """One map in progress: what it maps, its results, failures and accounting."""
 
-    total: int
+    fn: Callable[..., Any]
+    data: Sequence[Any]
+    kw: dict[str, Any]
+    deadline: float | None
+    cancel: threading.Event | None
     results: list[Any]
     failures: dict[int, BaseException] = dataclasses.field(default_factory=dict)
     cpu: float = 0.0
+    start: int = 0  # items before this ran in the caller while probing
+    bar: _Progress | None = None
+
+    @property
+    def total(self) -> int:
+        return len(self.data)
 
 
 class ParallelExecutor:
@@ -390,13 +400,13 @@ class ParallelExecutor:
         if errors not in ("raise", "return"):
             raise SubmitError(f"parallel {self.name!r}: errors={errors!r}. Fix: use 'raise' or 'return'")
         data: Sequence[Any] = items if isinstance(items, Sequence) else list(items)
-        kw = dict(kwargs or {})
         started = time.perf_counter()
         deadline = None if timeout is None else time.monotonic() + timeout
-        run = _Run(len(data), [None] * len(data))
+        run = _Run(fn, data, dict(kwargs or {}), deadline, cancel, [None] * len(data))
         probed = 0
         if est is None and chunksize is None and len(data) >= threshold and self.workers > 1:
-            probed, est = self._probe(fn, data, kw, run)
+            probed, est = self._probe(run)
+            run.start = probed
         plan = plan_chunks(
             len(data) - probed,
             workers=self.workers,
@@ -411,13 +421,13 @@ class ParallelExecutor:
             from rich.console import Console
 
             console = Console(stderr=True)
-        bar = _Progress(_show_progress(progress, plan, console), len(data), self.name, console)
+        run.bar = bar = _Progress(_show_progress(progress, plan, console), len(data), self.name, console)
         bar.advance(probed)
         try:
             if plan.mode == "sequential":
-                self._sequential(fn, data, kw, run, probed, bar, deadline, cancel)
+                self._sequential(run)
             else:
-                self._parallel(fn, data, kw, run, probed, plan, bar, deadline, cancel)
+                self._parallel(run, plan)
         finally:
             bar.close()
             wall = time.perf_counter() - started
@@ -431,10 +441,9 @@ class ParallelExecutor:
         run.failures[index] = error
         run.results[index] = error
 
-    def _probe(
-        self, fn: Callable[..., Any], data: Sequence[Any], kw: dict[str, Any], run: _Run
-    ) -> tuple[int, float]:
+    def _probe(self, run: _Run) -> tuple[int, float]:
         """Run the first items here to measure the per-item cost; keep their results."""
+        fn, data, kw = run.fn, run.data, run.kw
         limit = max(1, min(PROBE_MAX_ITEMS, len(data) // 8))
         count = failed = 0
         cpu = time.process_time()
@@ -454,9 +463,8 @@ class ParallelExecutor:
         self._m.failed.inc(failed)
         return count, spent / count
 
-    def _check_stop(
-        self, deadline: float | None, cancel: threading.Event | None, done: int, total: int
-    ) -> None:
+    def _check_stop(self, run: _Run, done: int) -> None:
+        deadline, cancel, total = run.deadline, run.cancel, run.total
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"parallel {self.name!r}: cancelled after {done} of {total} items")
         if deadline is not None and time.monotonic() > deadline:
@@ -465,22 +473,14 @@ class ParallelExecutor:
                 "Fix: raise the unit's timeout, or give it more workers"
             )
 
-    def _sequential(
-        self,
-        fn: Callable[..., Any],
-        data: Sequence[Any],
-        kw: dict[str, Any],
-        run: _Run,
-        start: int,
-        bar: _Progress,
-        deadline: float | None,
-        cancel: threading.Event | None,
-    ) -> None:
+    def _sequential(self, run: _Run) -> None:
+        fn, data, kw, bar = run.fn, run.data, run.kw, run.bar
+        assert bar is not None
         call = functools.partial(fn, **kw) if kw else fn
         results = run.results
-        index, total = start, len(data)
+        index, total = run.start, len(data)
         while index < total:  # in batches: stop/timeout checks and metrics per batch, not per item
-            self._check_stop(deadline, cancel, index, total)
+            self._check_stop(run, index)
             stop = min(total, index + SEQUENTIAL_BATCH)
             failed = 0
             for i in range(index, stop):
@@ -512,18 +512,9 @@ class ParallelExecutor:
                 f"parallel {self.name!r}: items {start}..{stop - 1} cannot be pickled: {exc}"
             ) from exc
 
-    def _parallel(
-        self,
-        fn: Callable[..., Any],
-        data: Sequence[Any],
-        kw: dict[str, Any],
-        run: _Run,
-        start: int,
-        plan: ChunkPlan,
-        bar: _Progress,
-        deadline: float | None,
-        cancel: threading.Event | None,
-    ) -> None:
+    def _parallel(self, run: _Run, plan: ChunkPlan) -> None:
+        fn, data, kw, bar, start = run.fn, run.data, run.kw, run.bar, run.start
+        assert bar is not None
         try:
             pickle.dumps(fn)
         except Exception as exc:
@@ -545,7 +536,8 @@ class ParallelExecutor:
                     pending[future] = (next_chunk, lo, hi)
                     self._m.in_flight.inc(hi - lo)
                     next_chunk += 1
-                self._check_stop(deadline, cancel, done_items, len(data))
+                self._check_stop(run, done_items)
+                deadline = run.deadline
                 wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
                 finished, _ = cf.wait(pending, wait, return_when=cf.FIRST_COMPLETED)
                 for future in finished:
