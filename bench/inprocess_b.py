@@ -175,14 +175,23 @@ def bench_parallel(items: int, tiny_items: int, reps: int) -> list[Row]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a few seconds: small sizes, few repetitions")
+    parser.add_argument("--only", choices=("async", "parallel"), help="run one group of cases")
     args = parser.parse_args()
     console = Console(width=150)
-    if args.quick:
-        async_rows = bench_async(tasks=2000, rounds=1, reps=2)
-        parallel_rows = bench_parallel(items=200, tiny_items=20_000, reps=1)
-    else:
-        async_rows = bench_async(tasks=10_000, rounds=5, reps=11)
-        parallel_rows = bench_parallel(items=2000, tiny_items=400_000, reps=5)
+    async_rows: list[Row] = []
+    parallel_rows: list[Row] = []
+    if args.only != "parallel":
+        async_rows = (
+            bench_async(tasks=2000, rounds=1, reps=2)
+            if args.quick
+            else bench_async(tasks=10_000, rounds=5, reps=11)
+        )
+    if args.only != "async":
+        parallel_rows = (
+            bench_parallel(items=200, tiny_items=20_000, reps=1)
+            if args.quick
+            else bench_parallel(items=2000, tiny_items=400_000, reps=5)
+        )
     table = Table(title=f"in-process, part b — {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     for column in ("case", "variant", "seconds (median)", "throughput", "ratio (peer ÷ foundry time)"):
         table.add_column(column)

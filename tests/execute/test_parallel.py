@@ -69,6 +69,11 @@ def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
     assert tiny.mode == "sequential"
     assert "less than shipping it to processes costs" in tiny.reason
     assert plan_chunks(5000, workers=1, est=0.01).mode == "sequential"
+    shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1e-7)
+    assert shipping.mode == "sequential"
+    assert "to ship to a process and back" in shipping.reason
+    heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=2e-5)
+    assert heavy_payload.mode == "sequential"  # 50 µs saved per item, 80 µs spent shipping it
 
 
 def test_chunks_outnumber_workers_and_carry_enough_work_each() -> None:
@@ -76,8 +81,9 @@ def test_chunks_outnumber_workers_and_carry_enough_work_each() -> None:
     assert plan.mode == "processes"
     assert plan.chunks >= 4 * 4  # load imbalance bounded by one small chunk
     assert plan.chunksize * plan.est >= 0.005  # IPC stays small against the work
-    cheap = plan_chunks(1_000_000, workers=2, est=1e-6)
-    assert cheap.chunksize * 1e-6 >= 0.005
+    cheap = plan_chunks(1_000_000, workers=2, est=1e-5)
+    assert cheap.mode == "processes"
+    assert cheap.chunksize * 1e-5 >= 0.005
     heavy = plan_chunks(100, workers=2, est=1.0)
     assert heavy.chunksize == 1
     assert heavy.chunks == 100

@@ -87,6 +87,10 @@ MAX_CHUNK_SECONDS = 0.25
 PROBE_SECONDS = 0.002
 PROBE_MAX_ITEMS = 256
 SEQUENTIAL_BATCH = 256
+SHIP_FLOOR = 1e-6
+"""Seconds an item costs to send to a process and back, at the least (pipe, queue threads)."""
+SHIP_FACTOR = 4.0
+"""The round trip costs about this many times the caller's measured pickling share."""
 IN_FLIGHT_PER_WORKER = 2
 
 
@@ -109,6 +113,7 @@ class ChunkPlan:
     est: float | None
     reason: str
     probed: int = 0  # items run in the caller to measure ``est`` (their results are kept)
+    ship: float | None = None  # estimated seconds to send one item and its result across
 
     @property
     def expected_seconds(self) -> float | None:
@@ -140,11 +145,19 @@ def plan_chunks(
     threshold: int = DEFAULT_THRESHOLD,
     min_work: float = MIN_WORK,
     probed: int = 0,
+    ship: float | None = None,
 ) -> ChunkPlan:
-    """Decide sequential vs processes and the chunk size. Pure; ``items`` excludes probed ones."""
+    """Decide sequential vs processes and the chunk size. Pure; ``items`` excludes probed ones.
+
+    ``ship`` is the measured cost of pickling one item and its result (the caller's share
+    of IPC); the real round trip costs several times that, and never less than
+    ``SHIP_FLOOR``.
+    """
 
     def sequential(reason: str) -> ChunkPlan:
-        return ChunkPlan(items, workers, "sequential", max(1, items), 1 if items else 0, est, reason, probed)
+        return ChunkPlan(
+            items, workers, "sequential", max(1, items), 1 if items else 0, est, reason, probed, ship
+        )
 
     total = items + probed
     if chunksize is not None:
@@ -174,6 +187,13 @@ def plan_chunks(
             f"fell back to sequential: {items} items × {_fmt_seconds(est)} ≈ {_fmt_seconds(items * est)} "
             f"of work < {_fmt_seconds(min_work)}, less than shipping it to processes costs"
         )
+    round_trip = max(SHIP_FLOOR, SHIP_FACTOR * (ship or 0.0))
+    if est is not None and est * (1 - 1 / workers) < round_trip:
+        return sequential(
+            f"fell back to sequential: an item computes in ≈ {_fmt_seconds(est)} but costs ≈ "
+            f"{_fmt_seconds(round_trip)} to ship to a process and back; {workers} workers would "
+            "spend more time shipping than they save"
+        )
     size = math.ceil(items / (workers * CHUNKS_PER_WORKER))
     if est is not None and est > 0:
         low = math.ceil(MIN_CHUNK_SECONDS / est)
@@ -191,7 +211,21 @@ def plan_chunks(
         est,
         f"{chunks} chunks of {size} items{per} over {workers} workers",
         probed,
+        ship,
     )
+
+
+def _pickling_cost(items: Sequence[Any], results: Sequence[Any]) -> float | None:
+    """Seconds per item the caller spends pickling items and unpickling results."""
+    if not items:
+        return None
+    started = time.perf_counter()
+    try:
+        pickle.dumps(list(items), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(pickle.dumps(list(results), protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # unpicklable: the run will say so, with the item's index
+        return None
+    return (time.perf_counter() - started) / len(items)
 
 
 # -- the child side -------------------------------------------------------------------
@@ -339,6 +373,7 @@ class _Run:
     failures: dict[int, BaseException] = dataclasses.field(default_factory=dict)
     cpu: float = 0.0
     start: int = 0  # items before this ran in the caller while probing
+    ship: float | None = None  # measured pickling cost per item (see plan_chunks)
     bar: _Progress | None = None
 
     @property
@@ -415,6 +450,7 @@ class ParallelExecutor:
             threshold=threshold,
             min_work=min_work,
             probed=probed,
+            ship=run.ship,
         )
         self.plans.append(plan)
         if console is None and progress is not False:
@@ -461,6 +497,7 @@ class ParallelExecutor:
         run.cpu += time.process_time() - cpu
         self._m.completed.inc(count - failed)
         self._m.failed.inc(failed)
+        run.ship = _pickling_cost(data[:count], run.results[:count])
         return count, spent / count
 
     def _check_stop(self, run: _Run, done: int) -> None:
