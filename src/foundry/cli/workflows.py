@@ -1,0 +1,471 @@
+"""``foundry workflows``: list, inspect, cancel and signal workflows; run a worker.
+
+    foundry workflows list [--status S] [--name N] [--limit 50]
+    foundry workflows show ID
+    foundry workflows cancel ID
+    foundry workflows signal ID NAME JSON
+    foundry workflows worker MODULE[:APP] [--concurrency 8] [--lease 30]
+
+Every command but ``worker`` reads the journal only (``--journal URL``, else
+``FOUNDRY_JOURNAL`` / ``foundry.toml`` / ``./.foundry/journal.db``), so it works from any
+machine that can reach the database, without the application's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import time
+from typing import Any
+
+from foundry.backends.journal.base import Entry, JournalBackend, SignalRecord, WorkflowState
+from foundry.cli._target import console, reports_problems
+
+__all__ = ["add_parser", "history_table", "load_app", "summary_table"]
+
+_STATUS_STYLE = {
+    "pending": "cyan",
+    "running": "yellow",
+    "waiting": "blue",
+    "compensating": "magenta",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "bright_black",
+    "ok": "green",
+    "error": "red",
+}
+
+
+def add_parser(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "workflows", help="list, show, cancel and signal durable workflows; run a workflow worker"
+    )
+    parser.add_argument("--journal", help="journal URL (default: FOUNDRY_JOURNAL, foundry.toml, ./.foundry)")
+    cmds = parser.add_subparsers(dest="workflows_command", metavar="ACTION")
+
+    p = cmds.add_parser("list", help="workflows, newest first")
+    p.add_argument("--status", choices=list(_STATUS_STYLE)[:7])
+    p.add_argument("--name", help="only workflows of this name")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_list)
+
+    p = cmds.add_parser("show", help="one workflow: state, step history, compensation, inbox, children")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=_show)
+
+    p = cmds.add_parser("cancel", help="request cancellation; completed steps are compensated")
+    p.add_argument("id")
+    p.set_defaults(func=_cancel)
+
+    p = cmds.add_parser("signal", help="send a signal (JSON payload) to a workflow's inbox")
+    p.add_argument("id")
+    p.add_argument("name")
+    p.add_argument("payload", nargs="?", default="null", help="JSON (default: null)")
+    p.set_defaults(func=_signal)
+
+    p = cmds.add_parser("worker", help="run the workflows of an app (module:app) until stopped")
+    p.add_argument("app", help="import path of the app: package.module or package.module:app")
+    p.add_argument("--concurrency", type=int, default=8, help="workflows run at once (default 8)")
+    p.add_argument("--lease", type=float, default=30.0, help="lease seconds; heartbeats every lease/3")
+    p.add_argument("--poll", type=float, default=0.5, help="seconds between claims when idle")
+    p.add_argument("--inline-wait", type=float, default=1.0, help="waits shorter than this block a thread")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_worker)
+
+    def usage(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=usage)
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+def _open(args: argparse.Namespace) -> JournalBackend:
+    from foundry.backends.journal import open_journal
+    from foundry.config import load_settings
+
+    url = args.journal or load_settings().journal
+    return open_journal(url)
+
+
+def _ago(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    return f"{_dur(now - t)} ago" if now >= t else f"in {_dur(t - now)}"
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if math.isinf(seconds):
+        return "∞"
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 120:
+        return f"{seconds:.2f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _preview(data: bytes | None, limit: int = 60) -> str:
+    if data is None:
+        return ""
+    try:
+        text = json.dumps(json.loads(data), separators=(",", ":"))
+    except ValueError:
+        text = f"<{len(data)} bytes>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _error_text(data: bytes | None, limit: int = 80) -> str:
+    if not data:
+        return ""
+    try:
+        record = json.loads(data)
+        text = f"{str(record.get('type', '?')).rsplit('.', 1)[-1]}: {record.get('message', '')}"
+    except ValueError:
+        text = "<unreadable error>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _styled(value: str) -> str:
+    style = _STATUS_STYLE.get(value)
+    return f"[{style}]{value}[/{style}]" if style else value
+
+
+def _entry_detail(e: Entry, now: float) -> str:
+    if e.kind == "undo":
+        text = f"undoes #{e.ref}"
+        return f"{text}; {_error_text(e.error)}" if e.error else text
+    if e.status == "error":
+        return _error_text(e.error)
+    if e.status == "waiting":
+        if e.kind == "step":
+            return f"retry {_ago(e.wake_at, now)} after {_error_text(e.error, 50)}"
+        if e.kind == "child":
+            return f"child {e.detail}"
+        return (
+            "until a signal"
+            if e.wake_at is None or math.isinf(e.wake_at)
+            else f"wakes {_ago(e.wake_at, now)}"
+        )
+    if e.kind == "child":
+        return f"child {e.detail} → {_preview(e.result, 40)}"
+    if e.kind == "signal":
+        return "timed out" if e.detail == "timeout" else f"{e.detail}: {_preview(e.result, 40)}"
+    if e.kind == "cancel":
+        return f"cancelled (before {e.detail} {e.name!r})" if e.detail else "cancelled"
+    if e.kind == "sleep":
+        return e.detail or ""
+    text = _preview(e.result, 48)
+    return f"{text}  [dim](transactional)[/dim]" if e.detail == "transactional" else text
+
+
+def summary_table(state: WorkflowState, now: float | None = None) -> Any:
+    """A two-column table describing one workflow's state."""
+    from rich.table import Table
+
+    now = time.time() if now is None else now
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    ended = state.finished_at or now
+    rows = [
+        ("workflow", f"{state.name}  [dim]{state.id}[/dim]"),
+        (
+            "status",
+            _styled(state.status.value)
+            + (
+                "  [red](cancel requested)[/red]"
+                if state.cancel_requested and not state.status.finished
+                else ""
+            ),
+        ),
+        (
+            "compensation",
+            {
+                "": "none",
+                "running": "running",
+                "done": "done (every undo ran)",
+                "partial": "[red]partial: an undo failed for good[/red]",
+            }.get(state.compensation, state.compensation),
+        ),
+        ("now", state.current_step or ("-" if state.status.finished else f"position {state.position}")),
+        ("runs", f"{state.claims} (resumptions after a crash, a wake-up or a hand-back add one)"),
+        (
+            "created",
+            f"{_ago(state.created_at, now)}; {'took' if state.finished_at else 'running for'} "
+            f"{_dur(ended - state.created_at)}",
+        ),
+    ]
+    if state.owner and not state.status.finished:
+        rows.append(
+            ("owner", f"{state.owner} (lease {_ago(state.lease_until, now).replace(' ago', ' overdue')})")
+        )
+    if state.status.value == "waiting":
+        rows.append(("wakes", "on an event" if math.isinf(state.wake_at) else _ago(state.wake_at, now)))
+    if state.parent_id:
+        rows.append(("parent", f"{state.parent_id} (position {state.parent_position})"))
+    if state.result is not None:
+        rows.append(("result", _preview(state.result, 100)))
+    if state.error:
+        rows.append(("error", f"[red]{_error_text(state.error, 100)}[/red]"))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def history_table(state: WorkflowState, entries: list[Entry], now: float | None = None) -> Any:
+    """The step history: one row per journal entry, with attempts and timings."""
+    from rich.table import Table
+
+    now = time.time() if now is None else now
+    table = Table(title=f"history of {state.id}", title_justify="left", show_lines=False)
+    for name, opts in (
+        ("#", {"justify": "right"}),
+        ("kind", {}),
+        ("name", {"overflow": "fold"}),
+        ("status", {}),
+        ("tries", {"justify": "right"}),
+        ("at", {"justify": "right"}),
+        ("took", {"justify": "right"}),
+        ("detail", {"overflow": "fold"}),
+    ):
+        table.add_column(name, **opts)  # type: ignore[arg-type]
+    for e in entries:
+        took = None if e.finished_at is None else e.finished_at - e.started_at
+        kind = f"[magenta]{e.kind}[/magenta]" if e.kind in ("undo", "cancel") else e.kind
+        table.add_row(
+            str(e.position),
+            kind,
+            e.name,
+            _styled(e.status),
+            str(e.attempts) if e.attempts else "",
+            f"+{_dur(e.started_at - state.created_at)}",
+            _dur(took) if took is not None else "…",
+            _entry_detail(e, now),
+        )
+    return table
+
+
+def _inbox_table(signals: list[SignalRecord]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="inbox (signals)", title_justify="left")
+    for col in ("#", "name", "payload", "consumed"):
+        table.add_column(col)
+    for s in signals:
+        used = "waiting" if s.consumed_position is None else f"at position {s.consumed_position}"
+        table.add_row(str(s.seq), s.name, _preview(s.payload), used)
+    return table
+
+
+def _state_json(state: WorkflowState) -> dict[str, Any]:
+    return {
+        "id": state.id,
+        "name": state.name,
+        "status": state.status.value,
+        "compensation": state.compensation,
+        "current_step": state.current_step,
+        "position": state.position,
+        "runs": state.claims,
+        "owner": state.owner,
+        "cancel_requested": state.cancel_requested,
+        "parent_id": state.parent_id,
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "finished_at": state.finished_at,
+        "wake_at": None if math.isinf(state.wake_at) else state.wake_at,
+        "result": None if state.result is None else json.loads(state.result),
+        "error": None if not state.error else json.loads(state.error),
+    }
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@reports_problems("workflows")
+def _list(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    journal = _open(args)
+    try:
+        states = journal.workflows(status=args.status, name=args.name, limit=args.limit)
+        now = journal.clock.time()
+    finally:
+        journal.close()
+    if args.json:
+        print(json.dumps([_state_json(s) for s in states], indent=2))
+        return 0
+    table = Table(title=f"workflows ({len(states)} shown)", title_justify="left")
+    for col in ("id", "workflow", "status", "now", "compensation", "runs", "created", "took"):
+        table.add_column(col, overflow="fold")
+    for s in states:
+        took = (s.finished_at or now) - s.created_at
+        table.add_row(
+            s.id,
+            s.name,
+            _styled(s.status.value)
+            + (" [red]✗cancel[/red]" if s.cancel_requested and not s.status.finished else ""),
+            s.current_step or ("" if s.status.finished else f"#{s.position}"),
+            s.compensation or "",
+            str(s.claims),
+            _ago(s.created_at, now),
+            _dur(took),
+        )
+    console().print(table)
+    return 0
+
+
+@reports_problems("workflows")
+def _show(args: argparse.Namespace) -> int:
+    journal = _open(args)
+    try:
+        state, entries = journal.load(args.id)
+        inbox = journal.signals(args.id)
+        children = journal.workflows(parent_id=args.id, limit=1000)
+        now = journal.clock.time()
+    finally:
+        journal.close()
+    if args.json:
+        out = _state_json(state)
+        out["history"] = [
+            {
+                "position": e.position,
+                "kind": e.kind,
+                "name": e.name,
+                "status": e.status,
+                "attempts": e.attempts,
+                "started_at": e.started_at,
+                "finished_at": e.finished_at,
+                "ref": e.ref,
+                "detail": e.detail,
+                "result": None if e.result is None else json.loads(e.result),
+                "error": None if e.error is None else json.loads(e.error),
+            }
+            for e in entries
+        ]
+        out["signals"] = [
+            {"seq": s.seq, "name": s.name, "consumed_position": s.consumed_position} for s in inbox
+        ]
+        out["children"] = [c.id for c in children]
+        print(json.dumps(out, indent=2))
+        return 0
+    out = console()
+    out.print(summary_table(state, now))
+    out.print(history_table(state, entries, now))
+    if inbox:
+        out.print(_inbox_table(inbox))
+    for child in children:
+        out.print(f"child [bold]{child.id}[/bold] ({child.name}): {_styled(child.status.value)}")
+    return 0
+
+
+@reports_problems("workflows")
+def _cancel(args: argparse.Namespace) -> int:
+    journal = _open(args)
+    try:
+        accepted = journal.request_cancel(args.id)
+    finally:
+        journal.close()
+    if accepted:
+        print(
+            f"cancellation of {args.id} requested: it stops at its next durable call and undoes its "
+            "completed steps (a worker running its app does this)"
+        )
+        return 0
+    print(f"{args.id} already finished; nothing to cancel", file=sys.stderr)
+    return 1
+
+
+@reports_problems("workflows")
+def _signal(args: argparse.Namespace) -> int:
+    from foundry.errors import SubmitError
+
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise SubmitError(
+            f"signal {args.name!r} to {args.id}: payload {args.payload!r} is not JSON ({exc}). "
+            """Fix: quote it for the shell, e.g. '{"approved": true}' or '"yes"'"""
+        ) from exc
+    journal = _open(args)
+    try:
+        seq = journal.signal(args.id, args.name, json.dumps(payload, separators=(",", ":")).encode())
+    finally:
+        journal.close()
+    print(f"signal {args.name!r} #{seq} delivered to the inbox of {args.id}")
+    return 0
+
+
+def load_app(spec: str) -> Any:
+    """The Foundry app at ``module[:attribute]`` (or a ``file.py``); without an attribute
+    the module must hold exactly one app."""
+    from foundry.app import Foundry
+    from foundry.cli._target import Problem, find_apps, load_module
+
+    module_name, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    module = load_module(module_name)
+    if attr:
+        app = getattr(module, attr, None)
+        if not isinstance(app, Foundry):
+            raise Problem(
+                f"{module_name!r} has no Foundry app named {attr!r}. Fix: name the app after the colon"
+            )
+        return app
+    apps = find_apps(module)
+    if len(apps) != 1:
+        raise Problem(
+            f"{module_name!r} holds {len(apps)} Foundry apps. Fix: name one, e.g. {module_name}:app", 2
+        )
+    return apps[0]
+
+
+@reports_problems("workflows")
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+
+    from foundry.deliver.workflow import Worker
+
+    app = load_app(args.app)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+    worker = Worker(
+        app,
+        journal=args.journal,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        poll=args.poll,
+        inline_wait=args.inline_wait,
+    )
+
+    def stop(signum: int, frame: Any) -> None:
+        worker._stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if not args.quiet:
+        print(
+            f"workflow worker {worker.owner}: {', '.join(sorted(worker.names))} on "
+            f"{worker.runtime.journal.url} (concurrency {args.concurrency}, lease {args.lease}s)",
+            flush=True,
+        )
+    try:
+        worker.run()
+    finally:
+        worker.stop(timeout=max(5.0, args.lease))
+    if not args.quiet:
+        print(f"workflow worker {worker.owner}: stopped after {worker.claimed} claims", flush=True)
+    return 0
