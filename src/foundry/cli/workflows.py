@@ -43,32 +43,39 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "workflows", help="list, show, cancel and signal durable workflows; run a workflow worker"
     )
-    parser.add_argument("--journal", help="journal URL (default: FOUNDRY_JOURNAL, foundry.toml, ./.foundry)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--journal", help="journal URL (default: FOUNDRY_JOURNAL, foundry.toml, ./.foundry)")
     cmds = parser.add_subparsers(dest="workflows_command", metavar="ACTION")
 
-    p = cmds.add_parser("list", help="workflows, newest first")
+    p = cmds.add_parser("list", parents=[common], help="workflows, newest first")
     p.add_argument("--status", choices=list(_STATUS_STYLE)[:7])
     p.add_argument("--name", help="only workflows of this name")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_list)
 
-    p = cmds.add_parser("show", help="one workflow: state, step history, compensation, inbox, children")
+    p = cmds.add_parser(
+        "show", parents=[common], help="one workflow: state, step history, compensation, inbox, children"
+    )
     p.add_argument("id")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_show)
 
-    p = cmds.add_parser("cancel", help="request cancellation; completed steps are compensated")
+    p = cmds.add_parser(
+        "cancel", parents=[common], help="request cancellation; completed steps are compensated"
+    )
     p.add_argument("id")
     p.set_defaults(func=_cancel)
 
-    p = cmds.add_parser("signal", help="send a signal (JSON payload) to a workflow's inbox")
+    p = cmds.add_parser("signal", parents=[common], help="send a signal (JSON payload) to a workflow's inbox")
     p.add_argument("id")
     p.add_argument("name")
     p.add_argument("payload", nargs="?", default="null", help="JSON (default: null)")
     p.set_defaults(func=_signal)
 
-    p = cmds.add_parser("worker", help="run the workflows of an app (module:app) until stopped")
+    p = cmds.add_parser(
+        "worker", parents=[common], help="run the workflows of an app (module:app) until stopped"
+    )
     p.add_argument("app", help="import path of the app: package.module or package.module:app")
     p.add_argument("--concurrency", type=int, default=8, help="workflows run at once (default 8)")
     p.add_argument("--lease", type=float, default=30.0, help="lease seconds; heartbeats every lease/3")

@@ -415,7 +415,7 @@ class Run:
                 if transactional:
                     return self._transactional(pos, fn, args, name, attempts, started, what)
                 value = _call(fn, args, timeout, what)
-                data = self.codec.encode(value, unit=self.claim.name, what=f"the result of {what}")
+                data = self.encode(value, f"the result of {what}")
             except _Control:
                 raise
             except SubmitError as exc:  # an unserializable result: a bug, not worth a retry
@@ -476,7 +476,7 @@ class Run:
         what: str,
     ) -> Any:
         def work(tx: Any) -> Entry:
-            data = self.codec.encode(fn(tx, *args), unit=self.claim.name, what=f"the result of {what}")
+            data = self.encode(fn(tx, *args), f"the result of {what}")
             return Entry(
                 pos,
                 EntryKind.STEP,
@@ -493,6 +493,18 @@ class Run:
         self.cancel_requested = self.cancel_requested or rec.cancel_requested
         self.rt.count_step(self.claim.name, "completed" if rec.written else "replayed")
         return self._replay(rec.entry)
+
+    def encode(self, value: Any, what: str) -> bytes:
+        """Encode a value for the journal; a value it cannot carry is a clear SubmitError."""
+        try:
+            return self.codec.encode(value, unit=self.claim.name, what=what)
+        except SubmitError as exc:
+            raise SubmitError(
+                f"workflow {self.claim.name!r}: {what} is a {type(value).__name__}, which is not "
+                f"JSON-compatible ({exc.__cause__ or exc}). Fix: return plain data (ids, numbers, "
+                "strings, lists, dicts) and keep live objects (connections, clients, files) out of "
+                "the journal"
+            ) from exc
 
     def _encode_error(self, exc: BaseException) -> bytes:
         return self.rt.json.encode(encode_error(exc))
@@ -688,7 +700,7 @@ class Run:
                     )
                 else:
                     try:
-                        data = self.codec.encode(value, unit=self.claim.name, what="the workflow's result")
+                        data = self.encode(value, "the workflow's result")
                     except SubmitError as exc:
                         failure = exc
                     else:

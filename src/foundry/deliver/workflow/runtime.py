@@ -127,7 +127,14 @@ class WorkflowRuntime:
         return get_codec(name)
 
     def encode_args(self, unit: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-        return self.json.encode({"args": list(args), "kwargs": kwargs}, unit=unit, what="arguments")
+        try:
+            return self.json.encode({"args": list(args), "kwargs": kwargs}, unit=unit, what="arguments")
+        except SubmitError as exc:
+            raise SubmitError(
+                f"workflow {unit!r}: its arguments are not JSON-compatible ({exc.__cause__ or exc}); "
+                "nothing was started. Fix: pass plain data (ids, numbers, strings, lists, dicts) "
+                "and let the steps open connections or files themselves"
+            ) from exc
 
     def decode_args(self, claim: Claim) -> tuple[list[Any], dict[str, Any]]:
         data = self.codec(claim.codec).decode(claim.args) if claim.args else {}
