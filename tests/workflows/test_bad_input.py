@@ -60,7 +60,7 @@ def test_a_workflow_name_that_is_not_declared(make_env: MakeEnv) -> None:
     def parent(wf: WorkflowContext) -> Any:
         return wf.child("missing_child")
 
-    with pytest.raises(NotFoundError, match="'missing_child'.*Fix:"):
+    with pytest.raises(NotFoundError, match=r"'missing_child'.*Fix:"):
         parent.run(id="p")
     state = env.journal.get("p")
     assert state is not None
@@ -144,7 +144,7 @@ def test_a_signal_to_a_finished_workflow_is_refused(make_env: MakeEnv) -> None:
 
     assert flow.run(id="done") == 5
     before = env.journal.load("done")
-    with pytest.raises(WorkflowFinishedError, match="already finished.*Fix:"):
+    with pytest.raises(WorkflowFinishedError, match=r"already finished.*Fix:"):
         env.app.signal("done", "approve", True)
     assert env.journal.load("done") == before
     assert env.journal.signals("done") == []
