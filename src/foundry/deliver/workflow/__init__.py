@@ -127,8 +127,16 @@ class UnitRunner:
 
     def __init__(self, spec: UnitSpec, ctx: RuntimeContext) -> None:
         self.spec = spec
-        self.runtime = runtime_for(ctx)
+        self._ctx = ctx
+        self._runtime = runtime_for(ctx)
         self._closed = False
+
+    @property
+    def runtime(self) -> WorkflowRuntime:
+        """The app's runtime; a new one if the previous was closed (``runtime.close()``)."""
+        if self._runtime.closed and not self._closed:
+            self._runtime = runtime_for(self._ctx)
+        return self._runtime
 
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         if options.delay is not None or options.eta is not None or options.priority:
@@ -147,7 +155,7 @@ class UnitRunner:
     def close(self, timeout: float = 10.0) -> None:
         if not self._closed:
             self._closed = True
-            release(self.runtime, timeout)
+            release(self._runtime, timeout)
 
 
 def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> UnitRunner:

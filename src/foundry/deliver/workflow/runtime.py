@@ -112,6 +112,10 @@ class WorkflowRuntime:
         self._m_failed = m.counter(names.UNIT_FAILED, "units failed", ("unit", "model"))
         self._m_flight = m.gauge(names.UNIT_IN_FLIGHT, "units in flight", ("unit", "model"))
 
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
     # -- helpers the runs use ----------------------------------------------------
 
     def spec(self, name: str) -> UnitSpec:

@@ -1,0 +1,172 @@
+"""100 workflows, two worker processes, one of them SIGKILLed mid-step again and again —
+on SQLite and on PostgreSQL. Then count: every workflow finished or compensated, every
+caller saw its result, every transactional effect happened exactly once, and a plain
+step ran again only when the run that executed it died before its record."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from foundry.backends.journal.base import WorkflowStatus
+from foundry.deliver.workflow import configure
+from tests.faults import _workflow_app as fault_app
+from tests.workflows.conftest import drop_schema, make_url
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = 100
+KILLS = 5
+CONCURRENCY = 4
+
+
+def _create_effects_table(url: str) -> None:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url.split("?", 1)[0][len("sqlite:///") :]) as conn:
+            conn.execute("CREATE TABLE effects (wf TEXT NOT NULL, what TEXT NOT NULL)")
+        conn.close()
+        return
+    import psycopg
+
+    schema = url.split("schema=", 1)[1]
+    with psycopg.connect(url.split("?", 1)[0], autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{schema}".effects (wf TEXT NOT NULL, what TEXT NOT NULL)')
+
+
+def _effects(url: str) -> Counter[tuple[str, str]]:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.split("?", 1)[0][len("sqlite:///") :])
+        try:
+            rows = conn.execute("SELECT wf, what FROM effects").fetchall()
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        schema = url.split("schema=", 1)[1]
+        with psycopg.connect(url.split("?", 1)[0]) as pg:
+            rows = pg.execute(f'SELECT wf, what FROM "{schema}".effects').fetchall()
+    return Counter((str(r[0]), str(r[1])) for r in rows)
+
+
+def _worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "FW_FAULT_LOG": str(log)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "foundry.cli",
+        "workflows",
+        "worker",
+        "tests.faults._workflow_app:app",
+        "--journal",
+        url,
+        "--lease",
+        "1",
+        "--poll",
+        "0.05",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--quiet",
+    ]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_sigkilled_workers_lose_nothing_and_repeat_no_completed_step(engine: str, tmp_path: Path) -> None:
+    url, schema = make_url(engine, tmp_path)
+    log = tmp_path / "effects.log"
+    log.touch()
+    os.environ["FW_FAULT_LOG"] = str(log)
+    procs: list[subprocess.Popen[bytes]] = []
+    rt = configure(fault_app.app, journal=url)
+    try:
+        _create_effects_table(url)
+        # Given 100 orders accepted into the journal
+        handles = [fault_app.order.enqueue(n, id=f"order-{n:03d}") for n in range(1, WORKFLOWS + 1)]
+        # When worker B runs throughout and worker A is SIGKILLed mid-step five times
+        steady = _worker(url, log)
+        victim = _worker(url, log)
+        procs += [steady, victim]
+        killed_pids: set[int] = set()
+        rng = random.Random(5)
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(0.4, 0.9))
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(10)
+            killed_pids.add(victim.pid)
+            victim = _worker(url, log)
+            procs.append(victim)
+        # Then every caller sees its workflow's outcome
+        outcomes = {}
+        for h in handles:
+            error = h.exception(timeout=90)
+            outcomes[h.id] = error if error is not None else h.result(0)
+        assert all(p.poll() is None for p in (steady, victim)), "a worker that was not killed died"
+        failed = {h.id for h in handles if int(h.id.split("-")[1]) % 10 == 0}
+        for wid, outcome in outcomes.items():
+            if wid in failed:
+                assert isinstance(outcome, fault_app.ShipError), (wid, outcome)
+            else:
+                assert outcome["charged"]["amount"] == int(wid.split("-")[1]), (wid, outcome)
+        states = {s.id: s for s in rt.journal.workflows(limit=1000)}
+        assert len(states) == WORKFLOWS
+        for wid, state in states.items():
+            want = WorkflowStatus.FAILED if wid in failed else WorkflowStatus.SUCCEEDED
+            assert state.status == want, (wid, state.status)
+            assert state.compensation == ("done" if wid in failed else "")
+        # Transactional effects happened exactly once each, kills or not
+        effects = _effects(url)
+        for wid in states:
+            assert effects[(wid, "charge")] == 1, (wid, effects[(wid, "charge")])
+            assert effects[(wid, "refund")] == (1 if wid in failed else 0), wid
+        # Plain steps are at-least-once: a second run of a step only ever follows the
+        # death (or lapsed lease) of the run that executed it before its record committed
+        runs: Counter[tuple[str, str]] = Counter()
+        by_survivor: Counter[tuple[str, str]] = Counter()
+        for line in log.read_text().splitlines():
+            wid, what, pid = line.split()
+            runs[(wid, what)] += 1
+            if int(pid) not in killed_pids:
+                by_survivor[(wid, what)] += 1
+        for wid, state in states.items():
+            for what in ("reserve", "ship", *(("release",) if wid in failed else ())):
+                assert runs[(wid, what)] >= 1, (wid, what)
+                assert runs[(wid, what)] - 1 <= state.claims - 1, (wid, what, runs[(wid, what)], state.claims)
+        duplicates = sum(n - 1 for n in runs.values() if n > 1)
+        survivor_duplicates = sum(n - 1 for n in by_survivor.values() if n > 1)
+        assert survivor_duplicates <= 2, "surviving workers re-ran completed steps"
+        assert duplicates <= KILLS * CONCURRENCY * 3 + survivor_duplicates
+        recovered = sum(1 for s in states.values() if s.claims > 1)
+        assert recovered > 0, "no workflow was ever taken over: the kills missed"
+        print(
+            f"{engine}: {WORKFLOWS} workflows, {KILLS} kills, {recovered} recovered by another run, "
+            f"{duplicates} plain-step re-runs, 0 duplicate transactional effects"
+        )
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            if p.stderr is not None:
+                p.stderr.close()
+        rt.close()
+        os.environ.pop("FW_FAULT_LOG", None)
+        if schema is not None:
+            drop_schema(url.split("?", 1)[0], schema)
