@@ -32,6 +32,12 @@ the suite checks, is:
 * **Waiting has a timeout.** ``claim`` and ``wait`` block at most ``timeout`` seconds,
   woken by the engine's notification mechanism where it has one (LISTEN/NOTIFY,
   blocking pops, AMQP push), by short polling otherwise (``capabilities.notify``).
+* **Poison jobs go to dead letters.** When a job's lease lapses and the deliveries that
+  ended without a recorded outcome (``deliveries - attempts``) have reached
+  ``max_deliveries``, the engine moves it to the dead-letter set (``dead_reason`` says
+  the worker died or hung that many times) instead of delivering it again.
+  ``release`` gives the delivery back (it does not count), so graceful restarts never
+  poison a job.
 * **Cancellation** of a queued job (``cancel``) succeeds only while nobody holds it.
 * **Results expire.** A finished job's record (and result) is kept until read or
   until ``result_ttl`` passes, whichever is later-bounded by ``purge``.
@@ -43,9 +49,12 @@ because the store, not the worker, is the source of truth.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Protocol
+
+from foundry.errors import SubmitError
 
 __all__ = [
     "Capabilities",
@@ -56,6 +65,7 @@ __all__ = [
     "NewJob",
     "QueueBackend",
     "QueueStats",
+    "check_new_job",
 ]
 
 
@@ -218,3 +228,45 @@ class QueueBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_new_job(job: NewJob) -> None:
+    """Reject a job no engine could carry, naming the field and the fix (every engine
+    calls this first in ``enqueue``/``enqueue_many``, so bad input never reaches a store)."""
+
+    def bad(name: str, problem: str, fix: str) -> SubmitError:
+        value = getattr(job, name)
+        return SubmitError(f"job {job.id!r} (unit {job.unit!r}): {name}={value!r} {problem}. Fix: {fix}")
+
+    for name in ("id", "queue", "unit"):
+        value = getattr(job, name)
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise bad(name, "is not a non-empty string of at most 255 characters", f"give a {name} name")
+    if not isinstance(job.payload, bytes | bytearray | memoryview):
+        raise bad("payload", "is not bytes", "encode it with foundry.serialize.get_codec(...).encode")
+    if job.codec not in ("json", "pickle"):
+        raise bad("codec", "is not a codec Foundry knows", "use 'json' (default) or 'pickle'")
+    if job.key is not None and (not isinstance(job.key, str) or not job.key):
+        raise bad("key", "is not a non-empty string", "give an idempotency key string, or None")
+    if isinstance(job.priority, bool) or not isinstance(job.priority, int) or abs(job.priority) > 2**31 - 1:
+        raise bad("priority", "is not a 32-bit integer", "use a small integer; higher runs first")
+    if job.eta is not None and (not isinstance(job.eta, int | float) or not math.isfinite(job.eta)):
+        raise bad("eta", "is not a finite unix time", "give time.time() + delay, or None for now")
+    if isinstance(job.max_retries, bool) or not isinstance(job.max_retries, int) or job.max_retries < 0:
+        raise bad("max_retries", "is not an integer >= 0", "use retries=0 or more")
+    if (
+        isinstance(job.max_deliveries, bool)
+        or not isinstance(job.max_deliveries, int)
+        or job.max_deliveries < 1
+    ):
+        raise bad("max_deliveries", "is not an integer >= 1", "use max_deliveries=1 or more")
+    if job.timeout is not None and (
+        not isinstance(job.timeout, int | float) or not math.isfinite(job.timeout) or job.timeout <= 0
+    ):
+        raise bad("timeout", "is not a positive number of seconds", "give a timeout > 0, or None")
+    if (
+        not isinstance(job.result_ttl, int | float)
+        or not math.isfinite(job.result_ttl)
+        or job.result_ttl <= 0
+    ):
+        raise bad("result_ttl", "is not a positive number of seconds", "keep results e.g. 7 days (604800)")
