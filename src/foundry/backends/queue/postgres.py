@@ -1,0 +1,290 @@
+"""The PostgreSQL queue (psycopg 3): many machines, one database.
+
+URL: ``postgresql://user:password@host:5432/dbname`` with query options ``schema=``
+(default ``public``; created on first use — a private schema per application or per
+test keeps queues apart), ``prefix=`` (table name prefix, default ``foundry_``),
+``pool=N`` (connections per process, default 16) and any libpq option
+(``connect_timeout``, ``sslmode`` …), passed through.
+
+Claims take ``FOR UPDATE SKIP LOCKED`` on the candidate rows, so workers never wait on
+each other. Every write that makes work claimable or finishes a job sends
+``pg_notify`` in its own transaction (delivered only if it commits); one listener
+connection per process (``LISTEN``) wakes the local waiters of that queue or job, so
+claims and ``wait`` sleep without polling (``capabilities.notify = True``); they still
+look again every second in case a notification was lost to a reconnect.
+
+A restart of the server breaks every connection: the calls that were using one raise
+:class:`~foundry.errors.BackendUnavailableError` (callers retry), an idle connection
+found dead is replaced before anything is sent, and the listener reconnects with
+back-off and then wakes everyone to look again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlencode, urlunsplit
+
+from foundry.backends.journal._pool import Pool
+from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
+from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+
+__all__ = ["PostgresQueue"]
+
+log = logging.getLogger("foundry.queue.postgres")
+
+T = TypeVar("T")
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS {jobs} (
+    seq BIGSERIAL PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    queue TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    payload BYTEA NOT NULL,
+    codec TEXT NOT NULL,
+    key TEXT UNIQUE,
+    priority INTEGER NOT NULL,
+    eta DOUBLE PRECISION NOT NULL,
+    status TEXT NOT NULL,
+    token TEXT,
+    worker TEXT,
+    lease_until DOUBLE PRECISION NOT NULL,
+    deliveries INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    max_retries INTEGER NOT NULL,
+    max_deliveries INTEGER NOT NULL,
+    timeout DOUBLE PRECISION,
+    result BYTEA,
+    error BYTEA,
+    dead_reason TEXT,
+    result_ttl DOUBLE PRECISION NOT NULL,
+    enqueued_at DOUBLE PRECISION NOT NULL,
+    started_at DOUBLE PRECISION,
+    finished_at DOUBLE PRECISION,
+    expires_at DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS {jobs}_ready ON {jobs} (queue, priority DESC, eta, seq) WHERE status = 'queued';
+CREATE INDEX IF NOT EXISTS {jobs}_leased ON {jobs} (queue, lease_until) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS {jobs}_dead ON {jobs} (queue, finished_at) WHERE status = 'dead';
+CREATE INDEX IF NOT EXISTS {jobs}_expires ON {jobs} (expires_at) WHERE expires_at IS NOT NULL
+"""
+
+_OWN_OPTIONS = ("schema", "prefix", "pool")
+
+
+class PostgresQueue(SqlQueue):
+    """The PostgreSQL queue backend (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        notify=True, priority=True, cross_process_results=True
+    )
+    skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError(
+                f'queue URL {url!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
+            ) from exc
+        self._psycopg = psycopg
+        parts, query, prefix = parse_url(url, _OWN_OPTIONS)
+        super().__init__(url, prefix=prefix)
+        self.schema = query.get("schema", "public")
+        if not self.schema.replace("_", "").isalnum():
+            raise ConfigError(
+                f"queue URL {url!r}: schema={self.schema!r} must be letters, digits and _. Fix: e.g. "
+                "?schema=myapp"
+            )
+        rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
+        rest.setdefault("connect_timeout", "10")
+        self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+        self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
+        size = int(positive(url, query, "pool", 16))
+        self._pool: Pool[Any] = Pool(
+            self._open,
+            lambda conn: conn.close(),
+            size=size,
+            timeout=60.0,
+            broken=lambda conn: bool(conn.closed or conn.broken),
+            what=f"queue {url}",
+        )
+        self._listener: threading.Thread | None = None
+        self._listen_conn: Any = None
+        self._listen_lock = threading.Lock()
+        self._stop = threading.Event()
+        try:
+            self._create_schema()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # -- connections -----------------------------------------------------------------
+
+    def _open(self) -> Any:
+        try:
+            return self._psycopg.connect(
+                self._conninfo, autocommit=True, options=f"-c search_path={self.schema}"
+            )
+        except self._psycopg.Error as exc:
+            raise BackendUnavailableError(
+                f"queue {self.url}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the URL's "
+                "host, port, user and database"
+            ) from exc
+
+    def _create_schema(self) -> None:
+        ddl = _DDL.replace("{jobs}", self.table)
+        lock_key = zlib.crc32(f"foundry-queue:{self.schema}".encode())
+
+        def create(conn: Any) -> None:
+            # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise the migration.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+
+        with self._errors():
+            self._write(create)
+
+    def _read(self) -> AbstractContextManager[Any]:
+        return self._pool.connection()
+
+    def _query(self, fn: Callable[[Any], T]) -> T:
+        # Reads are idempotent: one retry on a fresh connection hides a dead idle one.
+        for attempt in range(2):
+            try:
+                with self._errors(), self._pool.connection() as conn:
+                    return fn(conn)
+            except BackendUnavailableError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _write(self, fn: Callable[[Any], T]) -> T:
+        if self._closed:
+            raise BackendError(f"queue {self.url} is closed. Fix: do not use a queue backend after close()")
+        for attempt in range(2):
+            with self._pool.connection() as conn:
+                try:
+                    conn.execute("BEGIN")
+                except self._psycopg.OperationalError:
+                    if attempt:
+                        raise
+                    continue  # a dead idle connection: nothing was sent, take another
+                try:
+                    value = fn(conn)
+                except BaseException:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except self._psycopg.Error:
+                        pass
+                    raise
+                conn.execute("COMMIT")
+                return value
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _placeholder(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _translate(self, exc: Exception) -> Exception | None:
+        psycopg = self._psycopg
+        if isinstance(exc, psycopg.OperationalError):
+            return BackendUnavailableError(
+                f"queue {self.url}: PostgreSQL is unreachable ({exc}). Fix: usually transient (a restart); "
+                "callers retry"
+            )
+        if isinstance(exc, psycopg.Error):
+            return BackendError(f"queue {self.url}: PostgreSQL failed ({type(exc).__name__}: {exc})")
+        return None
+
+    # -- batched enqueue ---------------------------------------------------------------
+
+    def _insert_many(self, conn: Any, jobs: list[NewJob], now: float) -> list[Enqueued]:
+        marks = ", ".join(["%s"] * len(INSERT_COLS.split(",")))
+        created: list[bool] = []
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self.table} ({INSERT_COLS}) VALUES ({marks}) "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                [insert_params(job, now) for job in jobs],
+                returning=True,
+            )
+            while True:
+                created.append(cur.fetchone() is not None)
+                if not cur.nextset():
+                    break
+        out: list[Enqueued] = []
+        for job, made in zip(jobs, created, strict=True):
+            out.append(Enqueued(job.id, True) if made else self._insert(conn, job, now))
+        return out
+
+    # -- notifications -------------------------------------------------------------------
+
+    def _notify(self, conn: Any, topics: Sequence[str]) -> None:
+        for topic in topics:
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, topic))
+
+    @contextmanager
+    def _watch(self) -> Iterator[None]:
+        if self._listener is None:
+            with self._listen_lock:
+                if self._listener is None and not self._stop.is_set():
+                    self._listener = threading.Thread(
+                        target=self._listen, name="foundry-queue-listen", daemon=True
+                    )
+                    self._listener.start()
+        yield
+
+    def _listen(self) -> None:
+        pause = 0.1
+        while not self._stop.is_set():
+            try:
+                conn = self._psycopg.connect(self._conninfo, autocommit=True)
+            except self._psycopg.Error as exc:
+                log.warning("queue %s: listener cannot connect (%s); retrying in %.1fs", self.url, exc, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            try:
+                with self._listen_lock:
+                    self._listen_conn = conn
+                conn.execute(f'LISTEN "{self.channel}"')
+                pause = 0.1
+                self.signals.bump_all()  # anything sent while we were not listening: look again
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        if self._stop.is_set():
+                            break
+                        self.signals.bump(note.payload)
+            except self._psycopg.Error as exc:
+                if not self._stop.is_set():
+                    log.warning("queue %s: listener lost its connection (%s); reconnecting", self.url, exc)
+                    self.signals.bump_all()
+                    self._stop.wait(pause)
+            finally:
+                with self._listen_lock:
+                    self._listen_conn = None
+                conn.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self.signals.bump_all()
+        listener = self._listener
+        if listener is not None:
+            try:  # wake the listener now rather than at its next timeout
+                with self._pool.connection() as conn:
+                    conn.execute("SELECT pg_notify(%s, %s)", (self.channel, "stop"))
+            except Exception:
+                pass
+            listener.join(5.0)
+        self._pool.close()
