@@ -242,6 +242,16 @@ class Traits:
     overflow: Overflow = "block"
     max_pending: int | None = None
     """Bound on accepted-but-not-started work (the intake). ``None``: the runtime's default."""
+    queue: str | None = None
+    """Durable queue the unit's jobs go to (``None``: ``"default"``); workers serve queues."""
+    codec: Literal["json", "pickle"] = "json"
+    """How a durable model stores arguments and results; pickle only when declared."""
+    retry_on: tuple[type[BaseException] | str, ...] = ()
+    """Exceptions (types, or names like ``"TimeoutError"``) worth a retry; ``()``: any."""
+    backoff: float | None = None
+    """First retry delay; doubles per attempt with jitter (``None``: the runtime's default)."""
+    max_payload: int | None = None
+    """Largest encoded arguments a durable model accepts (``"1MB"``; ``None``: 1 MiB)."""
 
     @property
     def is_long(self) -> bool:
@@ -280,7 +290,7 @@ _BOOL_FIELDS = frozenset(
     }
 )
 _COUNT_FIELDS = frozenset({"concurrency", "stages", "consumers", "items", "max_pending", "workers"})
-_DURATION_FIELDS = frozenset({"est", "latency", "timeout"})
+_DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff"})
 
 
 def _check_count(unit: str, name: str, value: Any, minimum: int) -> int:
@@ -369,9 +379,45 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
             parsed[name] = value
         elif name == "model":
             parsed[name] = _check_model(unit, value)
+        elif name == "max_payload":
+            parsed[name] = parse_size(value, unit=unit, field_name=name)
+        elif name in ("queue", "codec", "retry_on"):
+            parsed[name] = _check_durable(unit, name, value)
     traits = replace(base, **parsed) if base is not None else Traits(**parsed)
     _check_consistency(unit, traits, set(parsed))
     return traits
+
+
+def _check_durable(unit: str, name: str, value: Any) -> Any:
+    """``queue``, ``codec`` and ``retry_on``: the durable models' options."""
+    if name == "queue":
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise DeclarationError(
+                unit, "queue", value, "is not a queue name", 'name the queue, e.g. queue="emails"'
+            )
+        return value
+    if name == "codec":
+        if value not in ("json", "pickle"):
+            raise DeclarationError(
+                unit,
+                "codec",
+                value,
+                "is not a codec",
+                'use codec="json" (default) or codec="pickle" if every producer is trusted',
+            )
+        return value
+    items = (value,) if isinstance(value, str | type) else tuple(value)
+    for item in items:
+        ok = (isinstance(item, type) and issubclass(item, BaseException)) or (isinstance(item, str) and item)
+        if not ok:
+            raise DeclarationError(
+                unit,
+                "retry_on",
+                value,
+                f"has {item!r}, which is not an exception type or name",
+                'list exception types or names, e.g. retry_on=(TimeoutError, "requests.ConnectionError")',
+            )
+    return items
 
 
 def _check_model(unit: str, value: Any) -> str:
