@@ -205,7 +205,7 @@ class DeadLetteredError(FoundryError):
         self.reason = reason
         super().__init__(
             f"job {job_id} was dead-lettered: {reason}. "
-            f"Fix: inspect it with `foundry dlq show {job_id}`, then `foundry dlq requeue {job_id}`"
+            f"Fix: inspect it with `foundry jobs show {job_id}`, then `foundry jobs requeue {job_id}`"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
