@@ -42,15 +42,16 @@ class Pool(Generic[C]):
 
     @contextmanager
     def connection(self) -> Iterator[C]:
-        conn = self._acquire()
+        conn = self.acquire()
         try:
             yield conn
         except BaseException:
-            self._give_back(conn, check=True)
+            self.release(conn, check=True)
             raise
-        self._give_back(conn, check=False)
+        self.release(conn, check=False)
 
-    def _acquire(self) -> C:
+    def acquire(self) -> C:
+        """A connection for this thread's exclusive use until :meth:`release`."""
         with self._cond:
             if not self._cond.wait_for(
                 lambda: self._closed or self._idle or self._open < self._size, self._timeout
@@ -72,7 +73,8 @@ class Pool(Generic[C]):
                 self._cond.notify()
             raise
 
-    def _give_back(self, conn: C, *, check: bool) -> None:
+    def release(self, conn: C, *, check: bool) -> None:
+        """Return a connection; with ``check``, one that ``broken`` condemns is closed."""
         drop = self._closed or (check and self._broken(conn))
         if drop:
             self._discard(conn)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from foundry.backends.journal._pool import Pool
 from foundry.backends.journal.base import (
     ACTIVE,
     Beat,
@@ -34,7 +35,9 @@ from foundry.errors import ConfigError, LeaseLostError, NotFoundError, WorkflowF
 
 WF_COLS = (
     "id, name, status, codec, args, result, error, parent_id, parent_pos, owner, token, lease_until, "
-    "wake_at, cancel_requested, compensation, claims, next_pos, current_step, step_started_at, "
+    "wake_at, cancel_requested, compensation, claims, "
+    "(SELECT COALESCE(MAX(e.pos) + 1, 0) FROM {en} e WHERE e.workflow_id = {wf}.id), "
+    "current_step, step_started_at, "
     "wakeups, created_at, updated_at, finished_at"
 )
 CLAIM_COLS = (
@@ -172,12 +175,60 @@ class _UserFailure(Exception):
         self.error = error
 
 
+class Session:
+    """Check a connection out of the pool, open (and commit or roll back) a transaction,
+    map driver errors — one context manager on the hot path instead of three."""
+
+    __slots__ = ("conn", "journal", "transaction")
+
+    def __init__(self, journal: SqlJournal, *, transaction: bool) -> None:
+        self.journal = journal
+        self.transaction = transaction
+        self.conn: Any = None
+
+    def __enter__(self) -> Cursor:
+        journal = self.journal
+        try:
+            self.conn = journal._pool.acquire()
+            if self.transaction:
+                self.conn.execute(journal.begin_sql)
+        except Exception as exc:
+            if self.conn is not None:
+                journal._pool.release(self.conn, check=True)
+            journal._raise_mapped(exc)
+            raise
+        return Cursor(journal, self.conn)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        journal, conn = self.journal, self.conn
+        failure = error
+        if self.transaction:
+            try:
+                conn.execute("COMMIT" if error is None else "ROLLBACK")
+            except Exception as exc:
+                if error is None:
+                    failure = exc
+                    try:
+                        conn.execute("ROLLBACK")
+                    except Exception:
+                        pass
+        journal._pool.release(conn, check=failure is not None)
+        if failure is not None:
+            journal._raise_mapped(failure)
+            if error is None:  # the commit itself failed
+                raise failure
+        # returning None lets the body's own exception propagate unchanged
+
+
 class SqlJournal:
     """Shared implementation; subclasses set the engine specifics below."""
 
     dialect: ClassVar[str] = "sql"
     begin_sql: ClassVar[str] = "BEGIN"
     skip_locked: ClassVar[str] = ""
+    _pool: Pool[Any]  # set by the engine before first use
+    # Check a run's token inside its write transaction, so no claim commits in between.
+    fence_sql: ClassVar[str] = "SELECT cancel_requested FROM {wf} WHERE id = ? AND token = ?"
 
     def __init__(self, url: str, *, prefix: str, clock: Clock | None) -> None:
         self.url = url
@@ -189,9 +240,6 @@ class SqlJournal:
         self._lock = threading.Lock()
 
     # -- engine hooks ------------------------------------------------------------
-
-    def _connection(self) -> Any:  # a context manager yielding a driver connection
-        raise NotImplementedError
 
     def _translate(self, exc: Exception) -> Exception | None:
         """The Foundry error for a driver error (``None``: not a driver error)."""
@@ -214,33 +262,25 @@ class SqlJournal:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except _UserFailure as failure:
-            raise failure.error from None
         except Exception as exc:
-            mapped = self._translate(exc)
-            if mapped is None:
-                raise
+            self._raise_mapped(exc)
+            raise
+
+    def _raise_mapped(self, exc: BaseException) -> None:
+        """Raise the Foundry error for a driver error (a step's own error unchanged)."""
+        if isinstance(exc, _UserFailure):
+            raise exc.error from None
+        mapped = self._translate(exc) if isinstance(exc, Exception) else None
+        if mapped is not None:
             raise mapped from exc
 
-    @contextmanager
-    def _tx(self) -> Iterator[Cursor]:
-        with self._errors(), self._connection() as conn:
-            conn.execute(self.begin_sql)
-            try:
-                yield Cursor(self, conn)
-            except BaseException:
-                try:
-                    conn.execute("ROLLBACK")
-                except Exception:
-                    pass
-                raise
-            conn.execute("COMMIT")
+    def _tx(self) -> Session:
+        """A pooled connection inside one transaction, committed on a clean exit."""
+        return Session(self, transaction=True)
 
-    @contextmanager
-    def _auto(self) -> Iterator[Cursor]:
-        """One statement (or several reads) outside an explicit transaction."""
-        with self._errors(), self._connection() as conn:
-            yield Cursor(self, conn)
+    def _auto(self) -> Session:
+        """A pooled connection in autocommit: one statement, or several reads."""
+        return Session(self, transaction=False)
 
     def _now(self) -> float:
         return self.clock.time()
@@ -257,13 +297,10 @@ class SqlJournal:
         )
 
     def _fence(self, c: Cursor, workflow_id: str, token: int, position: int, what: str) -> bool:
-        """Check the token, advance next_pos; return cancel_requested."""
-        now = self._now()
-        row = c.one(
-            "UPDATE {wf} SET next_pos = CASE WHEN next_pos > ? THEN next_pos ELSE ? END, updated_at = ? "
-            "WHERE id = ? AND token = ? RETURNING cancel_requested",
-            (position, position + 1, now, workflow_id, token),
-        )
+        """Check the token inside the open transaction and hold it: the engine's
+        ``fence_sql`` keeps a concurrent claim out until this transaction ends. Returns
+        ``cancel_requested``."""
+        row = c.one(self.fence_sql, (workflow_id, token))
         if row is None:
             raise self._fenced(c, workflow_id, token, what)
         return bool(row[0])
@@ -297,8 +334,8 @@ class SqlJournal:
             created = (
                 c.run(
                     "INSERT INTO {wf} (id, name, status, codec, args, parent_id, parent_pos, owner, token, "
-                    "lease_until, wake_at, cancel_requested, compensation, claims, next_pos, wakeups, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, 0, 0, ?, ?) "
+                    "lease_until, wake_at, cancel_requested, compensation, claims, wakeups, "
+                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, 0, ?, ?) "
                     "ON CONFLICT (id) DO NOTHING",
                     (
                         wf.id,

@@ -15,7 +15,6 @@ workflow's row only, so other workflows proceed while it runs.
 from __future__ import annotations
 
 import zlib
-from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 from urllib.parse import urlencode, urlunsplit
 
@@ -44,7 +43,6 @@ CREATE TABLE IF NOT EXISTS {wf} (
     cancel_requested INTEGER NOT NULL,
     compensation TEXT NOT NULL,
     claims INTEGER NOT NULL,
-    next_pos INTEGER NOT NULL,
     current_step TEXT,
     step_started_at DOUBLE PRECISION,
     wakeups BIGINT NOT NULL,
@@ -88,8 +86,7 @@ _OWN_OPTIONS = ("schema", "prefix", "pool")
 # One statement: check the lease token (locking the workflow's row), write the entry
 # unless a final one is there, and say which happened.
 _RECORD = (
-    "WITH w AS (UPDATE {wf} SET next_pos = CASE WHEN next_pos > %s THEN next_pos ELSE %s END, "
-    "updated_at = %s WHERE id = %s AND token = %s RETURNING cancel_requested), "
+    "WITH w AS (SELECT cancel_requested FROM {wf} WHERE id = %s AND token = %s FOR NO KEY UPDATE), "
     f"ins AS (INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) "
     "SELECT %s::text, %s::integer, %s::text, %s::text, %s::text, %s::bytea, %s::bytea, %s::integer, "
     "%s::double precision, %s::double precision, %s::double precision, %s::integer, %s::text FROM w "
@@ -106,6 +103,11 @@ class PostgresJournal(SqlJournal):
     dialect: ClassVar[str] = "postgres"
     begin_sql: ClassVar[str] = "BEGIN"
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    # The row lock holds off a concurrent claim until the record (and a transactional
+    # step's own writes) commit.
+    fence_sql: ClassVar[str] = (
+        "SELECT cancel_requested FROM {wf} WHERE id = ? AND token = ? FOR NO KEY UPDATE"
+    )
 
     def __init__(self, url: str, *, clock: Clock | None = None) -> None:
         try:
@@ -123,7 +125,7 @@ class PostgresJournal(SqlJournal):
         rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
         rest.setdefault("connect_timeout", "10")
         self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-        self._pool: Pool[Any] = Pool(
+        self._pool = Pool(
             self._open,
             lambda conn: conn.close(),
             size=size,
@@ -155,9 +157,6 @@ class PostgresJournal(SqlJournal):
                 if statement.strip():
                     c.conn.execute(statement)
 
-    def _connection(self) -> AbstractContextManager[Any]:
-        return self._pool.connection()
-
     def _placeholder(self, sql: str) -> str:
         return sql.replace("?", "%s")
 
@@ -181,12 +180,11 @@ class PostgresJournal(SqlJournal):
             )
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
-        now = self._now()
         pos = entry.position
         with self._auto() as c:
             row = c.conn.execute(
                 self._sql(_RECORD),
-                (pos, pos + 1, now, workflow_id, token, *entry_params(workflow_id, entry)),
+                (workflow_id, token, *entry_params(workflow_id, entry)),
             ).fetchone()
             if row[0] is None:
                 raise self._fenced(c, workflow_id, token, f"{entry.kind} {entry.name!r}")

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import ClassVar
 
 from foundry.backends.journal._pool import Pool
-from foundry.backends.journal._sql import Cursor, SqlJournal, parse_url
-from foundry.backends.journal.base import Clock
+from foundry.backends.journal._sql import ENTRY_COLS, Cursor, SqlJournal, entry_params, parse_url
+from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteJournal"]
@@ -43,7 +42,6 @@ CREATE TABLE IF NOT EXISTS {wf} (
     cancel_requested INTEGER NOT NULL,
     compensation TEXT NOT NULL,
     claims INTEGER NOT NULL,
-    next_pos INTEGER NOT NULL,
     current_step TEXT,
     step_started_at REAL,
     wakeups INTEGER NOT NULL,
@@ -83,6 +81,21 @@ CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq);
 """
 
 
+# One autocommit statement: a write statement takes SQLite's write lock when it starts,
+# so the token it reads cannot change before it commits (the fence). No row: the token is
+# stale or a final entry is there; the general path tells which.
+_RECORD = (
+    f"INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "FROM {wf} WHERE id = ? AND token = ? "
+    "ON CONFLICT (workflow_id, pos) DO UPDATE SET kind = excluded.kind, name = excluded.name, "
+    "status = excluded.status, result = excluded.result, error = excluded.error, "
+    "attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at, "
+    "wake_at = excluded.wake_at, ref = excluded.ref, detail = excluded.detail "
+    "WHERE {en}.status = 'waiting' "
+    "RETURNING (SELECT cancel_requested FROM {wf} WHERE id = {en}.workflow_id)"
+)
+
+
 class SqliteJournal(SqlJournal):
     dialect: ClassVar[str] = "sqlite"
     begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
@@ -110,7 +123,7 @@ class SqliteJournal(SqlJournal):
                 f"journal URL {url!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
                 "setting. Fix: use synchronous=full (default) or synchronous=normal"
             )
-        self._pool: Pool[sqlite3.Connection] = Pool(
+        self._pool = Pool(
             self._open,
             lambda conn: conn.close(),
             size=size,
@@ -152,9 +165,6 @@ class SqliteJournal(SqlJournal):
             raise
         return conn
 
-    def _connection(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._pool.connection()
-
     def _translate(self, exc: Exception) -> Exception | None:
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
             return BackendUnavailableError(
@@ -172,6 +182,13 @@ class SqliteJournal(SqlJournal):
                 "transaction itself, so its writes are no longer atomic with its record. Fix: never "
                 "call commit()/rollback() on tx.raw; raise an exception to roll back"
             )
+
+    def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
+        with self._auto() as c:
+            rows = c.all(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token))
+        if rows:
+            return Recorded(entry, written=True, cancel_requested=bool(rows[0][0]))
+        return super().record(workflow_id, token, entry)
 
     def close(self) -> None:
         self._pool.close()

@@ -104,7 +104,11 @@ def backoff_delay(backoff: Any, attempt: int, cap: float) -> float:
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str) -> Any:
     """Run a step's code; ``timeout`` bounds it in real time."""
-    if inspect.iscoroutinefunction(fn):
+    code = getattr(fn, "__code__", None)
+    is_async = (
+        bool(code.co_flags & inspect.CO_COROUTINE) if code is not None else inspect.iscoroutinefunction(fn)
+    )
+    if is_async:
         if timeout is None:
             return asyncio.run(fn(*args))
         try:

@@ -25,7 +25,7 @@ from foundry.deliver.workflow.context import Run, _Control, _Infra
 from foundry.errors import CancelledError, FoundryError, NotFoundError, OverloadError, SubmitError
 from foundry.handle import Handle, Outcome, Status
 from foundry.observe import names
-from foundry.observe.metrics import Registry
+from foundry.observe.metrics import Gauge, Registry
 from foundry.runtime import UnitSpec
 from foundry.serialize import Codec, decode_error, get_codec
 
@@ -111,6 +111,7 @@ class WorkflowRuntime:
         self._m_done = m.counter(names.UNIT_COMPLETED, "units completed", ("unit", "model"))
         self._m_failed = m.counter(names.UNIT_FAILED, "units failed", ("unit", "model"))
         self._m_flight = m.gauge(names.UNIT_IN_FLIGHT, "units in flight", ("unit", "model"))
+        self._step_gauges: dict[tuple[str, str], Gauge] = {}
 
     @property
     def closed(self) -> bool:
@@ -148,7 +149,10 @@ class WorkflowRuntime:
         self._closed.wait(seconds)
 
     def count_step(self, workflow: str, state: str) -> None:
-        self._m_steps.labels(workflow, state).inc()
+        child = self._step_gauges.get((workflow, state))
+        if child is None:
+            child = self._step_gauges[(workflow, state)] = self._m_steps.labels(workflow, state)
+        child.inc()
 
     def count_compensation(self, workflow: str) -> None:
         self._m_comp.labels(workflow).inc()
