@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from foundry.decide import Decision, decide
 from foundry.errors import DeclarationError, SubmitError
+from foundry.execute.structured import current_scope
 from foundry.handle import Handle
 from foundry.runtime import Runner, SubmitOptions, UnitSpec
 from foundry.traits import Traits, parse_duration, traits_from_kwargs
@@ -113,17 +114,20 @@ class WorkUnit:
         called from a loop: calling an async unit returns a coroutine)."""
         if self.is_async and _in_loop():
             return self._acall(args, kwargs)
-        return self.runner.call(args, kwargs)
+        runner = self._runner
+        if runner is None:
+            runner = self.runner
+        return runner.call(args, kwargs)
 
     async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        handle = await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS)
+        handle = _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
         return await handle
 
     def submit(self, *args: Any, **kwargs: Any) -> Handle:
-        return self.runner.submit(args, kwargs, _DEFAULT_OPTIONS)
+        return _tracked(self.runner.submit(args, kwargs, _DEFAULT_OPTIONS))
 
     async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
-        return await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS)
+        return _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
 
     def options(
         self,
@@ -153,25 +157,21 @@ class WorkUnit:
     ) -> Iterator[Any]:
         """Submit one call per item and yield results (input order when ``ordered``).
 
-        Submission is bounded by the model's intake; a failure is raised when its item
-        is reached (ordered) or when it completes (unordered).
+        Lazy and bounded: at most the model's window of items (its workers plus its
+        intake) is in flight, the next item is submitted as a result is taken, and the
+        model's overflow policy applies to each submission. ``timeout`` bounds each
+        wait for a result. A failure is raised when its item is reached (ordered) or
+        when it completes (unordered); when the consumer stops early (``break``, an
+        exception, the generator closed), every outstanding handle is cancelled.
         """
-        handles = [self.submit(item) for item in iterable]
-        if ordered:
-            for handle in handles:
-                yield handle.result(timeout)
-            return
-        pending = list(handles)
-        while pending:
-            still = []
-            for handle in pending:
-                if handle.done():
-                    yield handle.result(0)
-                else:
-                    still.append(handle)
-            if still:
-                still[0]._source.wait(0.01)
-            pending = still
+        runner = self.runner
+        own_map = getattr(runner, "map", None)
+        if own_map is not None:  # models that map as a whole (parallel)
+            return iter(own_map(iterable, ordered=ordered, timeout=timeout))
+        from foundry.execute.mapping import bounded_map
+
+        window = getattr(runner, "map_window", None) or DEFAULT_MAP_WINDOW
+        return bounded_map(self.submit, iterable, ordered=ordered, timeout=timeout, window=window)
 
     def explain(self) -> str:
         from foundry.explain import render_text
@@ -192,13 +192,22 @@ class BoundOptions:
         self._opts = opts
 
     def submit(self, *args: Any, **kwargs: Any) -> Handle:
-        return self._unit.runner.submit(args, kwargs, self._opts)
+        return _tracked(self._unit.runner.submit(args, kwargs, self._opts))
 
     async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
-        return await self._unit.runner.asubmit(args, kwargs, self._opts)
+        return _tracked(await self._unit.runner.asubmit(args, kwargs, self._opts))
 
 
 _DEFAULT_OPTIONS = SubmitOptions()
+DEFAULT_MAP_WINDOW = 64
+
+
+def _tracked(handle: Handle) -> Handle:
+    """Attach ``handle`` to the innermost structured scope, if one is active."""
+    scope = current_scope()
+    if scope is not None:
+        scope.track(handle)
+    return handle
 
 
 def _in_loop() -> bool:

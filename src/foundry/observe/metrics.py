@@ -126,6 +126,20 @@ class Histogram:
                 self.max = value
             self.recent.append(value)
 
+    def observe_many(self, values: Iterable[float]) -> None:
+        """Record several observations under one lock (hot paths that buffer and flush)."""
+        indices = [(bisect.bisect_left(self.buckets, v), v) for v in values]
+        if not indices:
+            return
+        with self._lock:
+            for index, value in indices:
+                self.counts[index] += 1
+                self.sum += value
+                if value > self.max:
+                    self.max = value
+                self.recent.append(value)
+            self.count += len(indices)
+
     def quantile(self, q: float) -> float:
         """The ``q`` quantile of the recent window (0.0 when empty)."""
         with self._lock:
@@ -193,6 +207,7 @@ class Registry:
     def __init__(self) -> None:
         self._families: dict[str, Family[Any]] = {}
         self._collected: dict[str, tuple[str, list[Collector]]] = {}
+        self._read_hooks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def _family(
@@ -236,6 +251,29 @@ class Registry:
 
         return unregister
 
+    def on_read(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Run ``hook`` before every read (``snapshot``, ``prometheus``, ``value``): hot
+        paths that buffer observations locally flush them here. Returns an unregister
+        function."""
+        with self._lock:
+            self._read_hooks.append(hook)
+
+        def unregister() -> None:
+            with self._lock:
+                if hook in self._read_hooks:
+                    self._read_hooks.remove(hook)
+
+        return unregister
+
+    def _before_read(self) -> None:
+        with self._lock:
+            hooks = list(self._read_hooks)
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a broken hook must not break the whole read
+                continue
+
     def _collected_samples(self) -> dict[str, tuple[str, list[tuple[dict[str, str], float]]]]:
         with self._lock:
             items = [(n, h, list(cs)) for n, (h, cs) in self._collected.items()]
@@ -253,6 +291,7 @@ class Registry:
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """``{name: [{"labels": {...}, "value": v}, ...]}``; histograms give
         count/sum/p50/p99/max and counters also their rolling ``rate`` per second."""
+        self._before_read()
         with self._lock:
             families = list(self._families.values())
         out: dict[str, list[dict[str, Any]]] = {}
@@ -280,6 +319,7 @@ class Registry:
 
     def prometheus(self) -> str:
         """The registry in Prometheus text exposition format 0.0.4."""
+        self._before_read()
         lines: list[str] = []
         with self._lock:
             families = sorted(self._families.values(), key=lambda f: f.name)

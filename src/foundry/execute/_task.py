@@ -1,0 +1,187 @@
+"""``Task``: the :class:`~foundry.handle.Source` behind every in-process handle.
+
+Lighter than a ``concurrent.futures.Future`` (which builds a ``Condition`` per future):
+a task is a few slots, its state changes under its owner's lock, and a waiting
+primitive (an ``Event`` for threads, a loop future for coroutines) is made only when
+somebody waits before the outcome is known. Done-callbacks run once, outside the lock,
+in the thread that finished the task (or at once, if it already finished).
+
+The owner (a pool, a loop runner, a process pool) drives the transitions
+``QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED``; the first final state wins, so a
+late result of work that was cancelled or timed out is discarded, never delivered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from foundry.errors import CancelledError
+from foundry.handle import Outcome, Status
+
+__all__ = ["CANCELLED", "FAILED", "QUEUED", "RUNNING", "SUCCEEDED", "Owner", "Task"]
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = range(5)
+_STATUS = (Status.QUEUED, Status.RUNNING, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+
+class Owner(Protocol):
+    """What a task asks of the model that runs it."""
+
+    _lock: threading.Lock
+
+    def cancel_task(self, task: Task) -> bool:
+        """Stop ``task`` if it can be stopped (see :meth:`Task.cancel`)."""
+        ...
+
+
+class Task:
+    """One unit of work accepted by an in-process model; a ``Source`` for its Handle."""
+
+    __slots__ = (
+        "__weakref__",
+        "_callbacks",
+        "_error",
+        "_lock",
+        "_state",
+        "_value",
+        "args",
+        "enqueued",
+        "fn",
+        "kwargs",
+        "owner",
+        "started",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        owner: Owner,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+    ) -> None:
+        self.owner = owner
+        self._lock = owner._lock
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.timeout = timeout
+        self._state = QUEUED
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[], None]] | None = []
+        self.enqueued = 0.0
+        self.started = 0.0
+
+    # -- the owner's side --------------------------------------------------------
+
+    @property
+    def state(self) -> int:
+        return self._state
+
+    def start(self) -> bool:
+        """QUEUED → RUNNING; ``False`` when it was cancelled first."""
+        with self._lock:
+            if self._state != QUEUED:
+                return False
+            self._state = RUNNING
+            return True
+
+    def finish(self, value: Any = None, error: BaseException | None = None) -> bool:
+        """Record the outcome; ``False`` (and nothing changes) if one was recorded already."""
+        with self._lock:
+            callbacks = self._settle(value, error)
+        if callbacks is None:
+            return False
+        for callback in callbacks:
+            callback()
+        return True
+
+    def _settle(self, value: Any, error: BaseException | None) -> list[Callable[[], None]] | None:
+        """Under the owner's lock: set the final state; the callbacks to run, or ``None``."""
+        if self._state >= SUCCEEDED:
+            return None
+        if error is None:
+            self._state = SUCCEEDED
+            self._value = value
+        else:
+            self._state = CANCELLED if isinstance(error, CancelledError) else FAILED
+            self._error = error
+        callbacks, self._callbacks = self._callbacks, None
+        self.args = ()  # do not keep the arguments alive as long as the handle
+        self.kwargs = {}
+        return callbacks or []
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` once the outcome is final (now, if it already is)."""
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def remove_done_callback(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if self._callbacks is not None and callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+    # -- Source ------------------------------------------------------------------
+
+    def status(self) -> Status:
+        return _STATUS[self._state]
+
+    def done(self) -> bool:
+        return self._state >= SUCCEEDED
+
+    def wait(self, timeout: float | None) -> bool:
+        if self._state >= SUCCEEDED:
+            return True
+        if timeout is not None and timeout <= 0:
+            return False
+        event = threading.Event()
+        self.add_done_callback(event.set)
+        if event.wait(timeout):
+            return True
+        self.remove_done_callback(event.set)
+        return self._state >= SUCCEEDED
+
+    async def wait_async(self, timeout: float | None) -> bool:
+        if self._state >= SUCCEEDED:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # the waiting loop is closed: nobody to wake
+                pass
+
+        self.add_done_callback(wake)
+        try:
+            if timeout is None:
+                await future
+            else:
+                await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self.remove_done_callback(wake)
+            return self._state >= SUCCEEDED
+        except BaseException:
+            self.remove_done_callback(wake)
+            raise
+        return True
+
+    def outcome(self) -> Outcome:
+        return Outcome(self._value, self._error)
+
+    def cancel(self) -> bool:
+        return self.owner.cancel_task(self)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
