@@ -620,3 +620,76 @@ def test_a_stalled_run_is_fenced_off_by_its_successor(make_env: MakeEnv) -> None
     assert state.status == WorkflowStatus.SUCCEEDED
     assert state.claims == 2
     assert len(entries) == 1
+
+
+def test_a_stopping_worker_hands_its_workflows_back_at_the_next_step(make_env: MakeEnv) -> None:
+    env = make_env()
+    gate = threading.Event()
+    calls: Counter[str] = Counter()
+
+    def first() -> int:
+        calls["first"] += 1
+        gate.wait(10)
+        return 1
+
+    def second() -> int:
+        calls["second"] += 1
+        return 2
+
+    @env.app.workflow()
+    def flow(wf: WorkflowContext) -> int:
+        return int(wf.step(first)) + int(wf.step(second))
+
+    handle = flow.enqueue(id="g")
+    worker = env.worker().start()
+    wait_until(lambda: calls["first"] == 1)
+    stopper = threading.Thread(target=worker.stop, args=(10,))
+    stopper.start()
+    wait_until(lambda: worker.runtime.stopping)
+    gate.set()
+    stopper.join(10)
+    # The first step was recorded, then the workflow was handed back (no lease to wait out)
+    state = env.journal.get("g")
+    assert state is not None
+    assert state.owner is None
+    assert state.status == WorkflowStatus.RUNNING
+    assert env.worker().drain() == 1
+    assert handle.result(5) == 3
+    assert calls == {"first": 1, "second": 1}
+
+
+def test_the_runner_route_metrics_and_await(make_env: MakeEnv) -> None:
+    from foundry.observe import names
+    from foundry.runtime import SubmitOptions
+
+    env = make_env()
+
+    def undo(result: int) -> None:
+        return None
+
+    @env.app.workflow()
+    def flow(wf: WorkflowContext, n: int) -> int:
+        value = int(wf.step(lambda: n, name="n", undo=undo))
+        if n < 0:
+            raise ValueError("negative")
+        return value
+
+    runner = env.app.runner_for(flow.spec)
+    handle = runner.submit((4,), {}, SubmitOptions(key="via-runner"))
+    assert handle.id == "via-runner"
+    assert asyncio.run(_await(handle)) == 4
+    assert runner.call((5,), {}) == 5
+    with pytest.raises(ValueError):
+        flow.run(-1)
+    assert env.app.workflow_handle("via-runner").result(1) == 4
+    metrics = env.app.metrics
+    assert metrics.value(names.WORKFLOW_STEPS, workflow="flow", state="completed") == 3
+    assert metrics.value(names.WORKFLOW_COMPENSATIONS, workflow="flow") == 1
+    assert metrics.value(names.UNIT_COMPLETED, unit="flow", model="workflow") == 2
+    assert metrics.value(names.UNIT_FAILED, unit="flow", model="workflow") == 1
+    with pytest.raises(SubmitError, match="delay"):
+        runner.submit((1,), {}, SubmitOptions(delay=5))
+
+
+async def _await(handle: Any) -> Any:
+    return await handle
