@@ -1,0 +1,405 @@
+"""The stream backend contract: the cut between Foundry's event streams and an engine.
+
+Every engine (the embedded SQLite log, NATS JetStream, Redis Streams) implements
+:class:`StreamBackend` and passes the one conformance suite (``tests/streams``). A
+stream is ``partitions`` append-only logs; an event lives in exactly one partition,
+chosen by :func:`partition_for` from its key, and gets an **offset**: 1, 2, 3 … dense
+and strictly increasing within its partition. A *consumer group* has, per partition, a
+**committed** offset (everything at or below it is done for that group) and a set of
+**pending** deliveries above it. The contract, which the suite checks:
+
+* **Append is idempotent on the event id within the dedup window.** Appending an event
+  whose id was appended to the same stream less than ``dedup_window`` seconds ago
+  stores nothing and returns ``duplicate=True`` (with the original's partition and,
+  where the engine reports it, offset). A batch is appended in order; engines that can
+  commit a batch at once do (one SQLite transaction, one Lua call, pipelined
+  ``publish_async``). An append that returned has been stored durably by the engine.
+* **Groups are explicit.** ``create_group`` starts a group at the beginning, the end,
+  an offset or a time; reading, committing, seeking or asking the lag of a group that
+  does not exist raises :class:`~foundry.errors.NotFoundError` naming the group and the
+  groups that do exist. Groups are independent: each sees every event.
+* **Read is in order and never skips an unacknowledged event.** ``read`` hands out the
+  entries of one partition for one group in offset order: first the pending entries
+  whose ack deadline has passed (redeliveries, ``deliveries`` incremented, oldest
+  first, stopping at the first pending entry that has not expired), and only when
+  nothing of that partition is pending any more, new entries after the group's
+  position. While an earlier entry of the partition is pending and not expired, read
+  returns nothing for it. This is what keeps per-key order under redelivery. Engines
+  whose read is not atomic across readers (``capabilities.atomic_read = False``:
+  NATS) rely on the runtime holding the partition's lease (``acquire``) while it
+  reads; SQLite and Redis enforce the rule even between competing readers.
+* **Commit is cumulative.** ``commit(partition, offset)`` acknowledges every delivered
+  entry of the partition up to and including ``offset`` (Kafka's commit, JetStream's
+  AckAll). It is idempotent; committing below the committed offset does nothing.
+* **Deadlines are extended, not guessed.** ``extend`` pushes back the deadline of the
+  entries a live consumer still holds (``in_progress`` in JetStream, ``XCLAIM``
+  resetting idle time in Redis); a consumer that dies stops extending and its entries
+  are redelivered once their deadline passes.
+* **Dead letters are records.** ``dead_letter`` stores the event with the reason and
+  the delivery count, then commits past it, in that order: a crash in between leaves
+  the event pending (redelivered), never dropped without its record.
+* **Seek is replay.** ``seek`` moves a group to an offset or a time (pending entries
+  are dropped, the next read starts there). Asking for an offset or a time older than
+  what retention kept raises :class:`~foundry.errors.NotFoundError` naming the retained
+  range and the fix; nothing changes.
+* **Retention is by age and size.** ``max_age`` (seconds), ``max_events`` and
+  ``max_bytes`` (per partition) bound the log; the oldest events go first. A group
+  that falls behind retention has the lost range recorded as one dead letter
+  (``reason`` says which offsets and why) and continues from the first retained event.
+* **Lag is measured, per partition.** ``lag`` reports for each partition the last
+  offset, the committed offset, the first retained offset and the pending count.
+* **Leases and membership are small records with expiry.** ``acquire`` takes or renews
+  the lease of one (group, partition) for one consumer; ``join`` renews a consumer's
+  membership and returns the live members, from which the runtime assigns partitions.
+
+Every method may raise :class:`~foundry.errors.BackendUnavailableError` when the engine
+cannot be reached (callers retry with back-off: the log, not the consumer, is the source
+of truth) and :class:`~foundry.errors.BackendError` for other engine failures. Every
+blocking call takes a ``timeout`` in seconds. Times are unix seconds; leases and
+deadlines assume the hosts' clocks agree to well within a deadline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+from foundry.errors import ConfigError, NotFoundError
+
+__all__ = [
+    "Appended",
+    "Capabilities",
+    "DeadLetter",
+    "Event",
+    "NewEvent",
+    "PartitionLag",
+    "Start",
+    "StreamBackend",
+    "StreamConfig",
+    "StreamInfo",
+    "check_name",
+    "partition_for",
+    "unknown_group",
+]
+
+StartKind = Literal["beginning", "end", "offset", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """How a stream is laid out and how long it keeps events."""
+
+    name: str
+    partitions: int = 1
+    max_age: float | None = None  # seconds an event is kept; None = forever
+    max_events: int | None = None  # per partition
+    max_bytes: int | None = None  # payload bytes per partition
+    dedup_window: float = 120.0  # seconds an event id is remembered for publish dedup
+
+    def __post_init__(self) -> None:
+        check_name("stream", self.name)
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
+            raise ConfigError(
+                f"stream {self.name!r}: partitions={self.partitions!r} is not a positive integer. "
+                "Fix: give partitions=N with N ≥ 1"
+            )
+        for name in ("max_age", "max_events", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(float(value)) or value <= 0):
+                raise ConfigError(
+                    f"stream {self.name!r}: {name}={value!r} must be positive. "
+                    f"Fix: give a positive {name}, or None to keep events forever"
+                )
+        if not math.isfinite(self.dedup_window) or self.dedup_window < 0:
+            raise ConfigError(
+                f"stream {self.name!r}: dedup_window={self.dedup_window!r} must be ≥ 0 seconds. "
+                'Fix: give dedup_window="2m" (the default), or 0 to turn publish dedup off'
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``payload`` is already encoded (JSON by default)."""
+
+    id: str
+    payload: bytes
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    partition: int
+    offset: int | None  # None only for a duplicate whose original offset the engine did not say
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One delivery of one stored event to one group."""
+
+    stream: str
+    partition: int
+    offset: int
+    id: str
+    key: str | None
+    payload: bytes
+    timestamp: float  # unix seconds when it was appended
+    deliveries: int = 1  # including this one
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a new group starts, or where ``seek`` moves one.
+
+    ``Start.beginning()`` (the first retained event), ``Start.end()`` (only events
+    appended from now on), ``Start.at(offset)`` (the next event delivered is the
+    first with offset ≥ ``offset``; an int for every partition or a mapping
+    ``{partition: offset}``), ``Start.since(unix_time)`` (the first event appended at
+    or after that time).
+    """
+
+    kind: StartKind
+    offset: int | Mapping[int, int] | None = None
+    time: float | None = None
+
+    @classmethod
+    def beginning(cls) -> Start:
+        return cls("beginning")
+
+    @classmethod
+    def end(cls) -> Start:
+        return cls("end")
+
+    @classmethod
+    def at(cls, offset: int | Mapping[int, int]) -> Start:
+        values = offset.values() if isinstance(offset, Mapping) else [offset]
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"offset {value!r} is not an offset. Fix: offsets are integers ≥ 1 "
+                    "(the first event of a partition is offset 1)"
+                )
+        return cls("offset", offset=offset)
+
+    @classmethod
+    def since(cls, when: float) -> Start:
+        if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+            raise ConfigError(f"time {when!r} is not a unix time. Fix: pass time.time()-style seconds")
+        return cls("time", time=float(when))
+
+    def offset_for(self, partition: int) -> int | None:
+        if isinstance(self.offset, Mapping):
+            value = self.offset.get(partition)
+            return None if value is None else int(value)
+        return self.offset
+
+    def describe(self) -> str:
+        if self.kind == "offset":
+            return f"offset {self.offset}"
+        if self.kind == "time":
+            return f"time {self.time}"
+        return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An event a group gave up on, with the reason (or a range lost to retention)."""
+
+    stream: str
+    group: str
+    partition: int
+    offset: int
+    id: str
+    key: str | None
+    payload: bytes | None  # None for a retention gap record
+    reason: str
+    deliveries: int
+    dead_at: float
+    error: str | None = None  # JSON of foundry.serialize.encode_error when a handler raised
+    last_offset: int | None = None  # set for a gap record: offsets offset..last_offset were lost
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    partition: int
+    committed: int  # everything ≤ committed is done for the group
+    end: int  # last offset appended (0 when empty)
+    first: int  # first retained offset (end + 1 when the partition is empty)
+    pending: int  # delivered, not yet committed
+
+    @property
+    def lag(self) -> int:
+        """Events appended after the committed position (pending included)."""
+        return max(0, self.end - max(self.committed, self.first - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    config: StreamConfig
+    first: tuple[int, ...]  # per partition
+    last: tuple[int, ...]
+    groups: tuple[str, ...]
+
+    @property
+    def events(self) -> int:
+        return sum(max(0, last - first + 1) for first, last in zip(self.first, self.last, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    atomic_read: bool = True  # read enforces order between competing readers by itself
+    dense_offsets: bool = True
+    extras: tuple[str, ...] = field(default=())
+
+
+class StreamBackend(Protocol):
+    """A stream engine. See the module docstring for the contract."""
+
+    capabilities: ClassVar[Capabilities]
+    url: str
+
+    # -- streams ---------------------------------------------------------------
+
+    def ensure_stream(self, config: StreamConfig) -> StreamConfig:
+        """Create the stream, or open it. An existing stream keeps its partition count
+        (a different one raises :class:`~foundry.errors.ConfigError`: repartitioning
+        would break per-key order); retention and the dedup window are updated."""
+        ...
+
+    def streams(self) -> list[str]: ...
+
+    def info(self, stream: str) -> StreamInfo:
+        """First/last offsets per partition and the groups; unknown → NotFoundError."""
+        ...
+
+    def delete_stream(self, stream: str) -> bool:
+        """Drop the stream, its events, groups and dead letters; ``False`` if absent."""
+        ...
+
+    # -- producing -------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """Append in order (partition by key); dedup by id within the window."""
+        ...
+
+    # -- groups ----------------------------------------------------------------
+
+    def create_group(self, stream: str, group: str, start: Start) -> bool:
+        """Create ``group`` at ``start``; ``False`` (and nothing changes) if it exists."""
+        ...
+
+    def groups(self, stream: str) -> list[str]: ...
+
+    def delete_group(self, stream: str, group: str) -> bool: ...
+
+    def read(
+        self,
+        stream: str,
+        group: str,
+        partition: int,
+        consumer: str,
+        *,
+        max: int,
+        ack_deadline: float,
+        timeout: float,
+    ) -> list[Event]:
+        """Up to ``max`` entries of ``partition`` in offset order (see the contract),
+        waiting up to ``timeout`` s for some; each must be committed within
+        ``ack_deadline`` s (or extended) or it is redelivered."""
+        ...
+
+    def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
+        """Acknowledge every delivered entry of ``partition`` up to ``offset``."""
+        ...
+
+    def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:
+        """Push the deadline of ``consumer``'s pending entries of ``partition`` to now +
+        ``ack_deadline``."""
+        ...
+
+    def dead_letter(
+        self, stream: str, group: str, event: Event, reason: str, error: str | None = None
+    ) -> None:
+        """Record ``event`` as dead for ``group`` with ``reason``, then commit past it."""
+        ...
+
+    def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]: ...
+
+    def seek(self, stream: str, group: str, start: Start, partitions: Sequence[int] | None = None) -> None:
+        """Replay: move the group (all partitions, or ``partitions``) to ``start``."""
+        ...
+
+    def lag(self, stream: str, group: str) -> list[PartitionLag]: ...
+
+    def enforce_retention(self, stream: str) -> int:
+        """Drop events past ``max_age``/``max_events``/``max_bytes`` now; how many went
+        (engines that trim on their own may report 0)."""
+        ...
+
+    # -- coordination ----------------------------------------------------------
+
+    def join(self, stream: str, group: str, consumer: str, ttl: float) -> list[str]:
+        """Renew ``consumer``'s membership for ``ttl`` s; the live members, sorted."""
+        ...
+
+    def leave(self, stream: str, group: str, consumer: str) -> None: ...
+
+    def acquire(self, stream: str, group: str, partition: int, consumer: str, ttl: float) -> bool:
+        """Take (if free or expired) or renew the lease on one partition of a group."""
+        ...
+
+    def release(self, stream: str, group: str, partition: int, consumer: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def check_name(what: str, name: Any) -> str:
+    """Stream and group names: letters, digits, ``_`` and ``-`` (they become NATS
+    subjects and consumer names and Redis keys), 1–100 characters."""
+    if not isinstance(name, str) or not name or len(name) > 100 or not set(name) <= _NAME_CHARS:
+        raise ConfigError(
+            f"{what} name {name!r} is not usable. Fix: use 1-100 letters, digits, '_' or '-' "
+            f"(it becomes a NATS subject and a Redis key), e.g. 'signaling' or 'billing'"
+        )
+    return name
+
+
+def partition_for(key: str | None, event_id: str, partitions: int) -> int:
+    """The partition of an event: a stable hash of its key (of its id when it has no
+    key, so a retried publish lands where the first one did). Same on every engine and
+    every Python process (not ``hash()``, which is salted per process)."""
+    if partitions == 1:
+        return 0
+    text = key if key is not None else event_id
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+def unknown_group(stream: str, group: str, known: Sequence[str]) -> NotFoundError:
+    names = ", ".join(sorted(known)) or "none"
+    return NotFoundError(
+        f"stream {stream!r} has no consumer group {group!r} (groups: {names}). Fix: create it "
+        f"with create_group / a @stream.consumer(group={group!r}) declaration, or check the spelling"
+    )
+
+
+def unknown_stream(stream: str, known: Sequence[str]) -> NotFoundError:
+    names = ", ".join(sorted(known)) or "none"
+    return NotFoundError(
+        f"no stream named {stream!r} (streams: {names}). Fix: declare it with "
+        f"app.stream({stream!r}, ...) and publish to it, or check the spelling"
+    )
+
+
+def out_of_range(stream: str, group: str, partition: int, asked: str, first: int, last: int) -> NotFoundError:
+    return NotFoundError(
+        f"stream {stream!r} group {group!r} partition {partition}: cannot replay from {asked}; "
+        f"retention kept only offsets {first}..{last}. Fix: replay from offset {first} or later "
+        "(or Start.beginning()), or raise the stream's retention (max_age / max_events / max_bytes)"
+    )

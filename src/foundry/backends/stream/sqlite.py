@@ -1,0 +1,837 @@
+"""The embedded event log: one SQLite file (WAL), shared by every process on the host.
+
+URL: ``sqlite:///relative/stream.db`` or ``sqlite:////absolute/stream.db``; query option
+``synchronous=normal|full`` (default ``normal``: an append survives a process crash;
+``full`` also survives power loss at the cost of an fsync per commit). ``memory://`` is
+a private temporary file, removed at close (tests, demos).
+
+Layout: events are rows keyed ``(stream, partition, offset)`` in one clustered b-tree
+(``WITHOUT ROWID``), so an append is one insert and a read is one range scan. A group
+keeps per partition ``committed`` and ``delivered``; the pending window
+``(committed, delivered]`` is stored as a few *ranges* that share a delivery count and a
+deadline (one row per batch, not one per event). Appends of a batch commit in one
+transaction; timestamps are kept non-decreasing per partition so that age retention
+and time seeks can binary-search offsets.
+
+SQLite has one writer at a time. Reads that hand out events write too (the pending
+range), so many consumers of one file contend for that lock: a single host, a few
+thousand batches per second. For more, use NATS or Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+from foundry.backends.stream.base import (
+    Appended,
+    Capabilities,
+    DeadLetter,
+    Event,
+    NewEvent,
+    PartitionLag,
+    Start,
+    StreamConfig,
+    StreamInfo,
+    check_name,
+    out_of_range,
+    partition_for,
+    unknown_group,
+    unknown_stream,
+)
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+
+__all__ = ["SqliteStreamBackend"]
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS fs_streams (
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, max_age REAL, max_events INTEGER,
+    max_bytes INTEGER, dedup_window REAL NOT NULL, created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fs_parts (
+    stream TEXT NOT NULL, part INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
+    cum INTEGER NOT NULL, last_ts REAL NOT NULL, PRIMARY KEY (stream, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_events (
+    stream TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL, id TEXT NOT NULL,
+    key TEXT, ts REAL NOT NULL, cum INTEGER NOT NULL, payload BLOB NOT NULL,
+    PRIMARY KEY (stream, part, off)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_dedup (
+    stream TEXT NOT NULL, id TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL,
+    ts REAL NOT NULL, PRIMARY KEY (stream, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_groups (
+    stream TEXT NOT NULL, grp TEXT NOT NULL, part INTEGER NOT NULL, committed INTEGER NOT NULL,
+    delivered INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY (stream, grp, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_pending (
+    stream TEXT NOT NULL, grp TEXT NOT NULL, part INTEGER NOT NULL, lo INTEGER NOT NULL,
+    hi INTEGER NOT NULL, deliveries INTEGER NOT NULL, deadline REAL NOT NULL, consumer TEXT NOT NULL,
+    PRIMARY KEY (stream, grp, part, lo)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_dead (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, stream TEXT NOT NULL, grp TEXT NOT NULL,
+    part INTEGER NOT NULL, off INTEGER NOT NULL, last_off INTEGER, id TEXT NOT NULL, key TEXT,
+    payload BLOB, reason TEXT NOT NULL, error TEXT, deliveries INTEGER NOT NULL, dead_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fs_dead_group ON fs_dead (stream, grp, seq);
+CREATE TABLE IF NOT EXISTS fs_members (
+    stream TEXT NOT NULL, grp TEXT NOT NULL, consumer TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (stream, grp, consumer)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fs_leases (
+    stream TEXT NOT NULL, grp TEXT NOT NULL, part INTEGER NOT NULL, owner TEXT NOT NULL,
+    expires REAL NOT NULL, PRIMARY KEY (stream, grp, part)
+) WITHOUT ROWID;
+"""
+
+_INSERT_DEAD = (
+    "INSERT INTO fs_dead (stream, grp, part, off, last_off, id, key, payload, reason, error, "
+    "deliveries, dead_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+_POLL = 0.02  # seconds between looks at the file when waiting for other processes' appends
+_MAX_VARS = 900  # bound parameters per IN (...) list
+
+
+def _parse(url: str) -> tuple[Path, str, bool]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    unknown = set(options) - {"synchronous"}
+    if unknown:
+        raise ConfigError(
+            f"stream URL {url!r}: unknown option(s) {sorted(unknown)}. Fix: the sqlite stream "
+            "takes only ?synchronous=normal|full"
+        )
+    sync = options.get("synchronous", "normal").lower()
+    if sync not in ("normal", "full"):
+        raise ConfigError(f"stream URL {url!r}: synchronous={sync!r}. Fix: use normal or full")
+    if scheme == "memory":
+        fd, name = tempfile.mkstemp(prefix="foundry-stream-", suffix=".db")
+        os.close(fd)
+        return Path(name), sync, True
+    raw = url.split("://", 1)[1].split("?", 1)[0]
+    path = raw[1:] if raw.startswith("/") else raw
+    if not path:
+        raise ConfigError(
+            f"stream URL {url!r} names no file. Fix: sqlite:///stream.db (relative) or "
+            "sqlite:////var/lib/app/stream.db (absolute)"
+        )
+    return Path(path), sync, False
+
+
+class SqliteStreamBackend:
+    """The embedded log (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.path, self._sync, self._temporary = _parse(url)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"stream URL {url!r}: cannot create directory {self.path.parent} ({exc}). "
+                "Fix: point it at a writable directory"
+            ) from exc
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._configs: dict[str, StreamConfig] = {}
+        self._last_age_trim: dict[str, float] = {}
+        self._closed = False
+        conn = self._conn()
+        with self._errors("open"):
+            conn.executescript(_DDL)
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise BackendError(f"stream backend {self.url} is closed. Fix: open a new one")
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise BackendUnavailableError(f"cannot open the stream log {self.path}: {exc}") from exc
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self._sync.upper()}")
+        conn.execute("PRAGMA busy_timeout=30000")
+        self._local.conn = conn
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailableError(f"stream log {self.path}: {what} failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise BackendError(f"stream log {self.path}: {what} failed: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _tx(self, what: str) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with self._errors(what):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _config(self, stream: str, conn: sqlite3.Connection | None = None) -> StreamConfig:
+        config = self._configs.get(stream)
+        if config is not None:
+            return config
+        conn = conn or self._conn()
+        with self._errors("load stream"):
+            row = conn.execute(
+                "SELECT partitions, max_age, max_events, max_bytes, dedup_window "
+                "FROM fs_streams WHERE name=?",
+                (stream,),
+            ).fetchone()
+        if row is None:
+            raise unknown_stream(stream, self.streams())
+        config = StreamConfig(stream, row[0], row[1], row[2], row[3], row[4])
+        self._configs[stream] = config
+        return config
+
+    def _check_group(
+        self, conn: sqlite3.Connection, stream: str, group: str, partition: int
+    ) -> tuple[int, int]:
+        row = conn.execute(
+            "SELECT committed, delivered FROM fs_groups WHERE stream=? AND grp=? AND part=?",
+            (stream, group, partition),
+        ).fetchone()
+        if row is not None:
+            return int(row[0]), int(row[1])
+        config = self._config(stream, conn)
+        if not 0 <= partition < config.partitions:
+            raise NotFoundError(
+                f"stream {stream!r} has partitions 0..{config.partitions - 1}, not {partition}. "
+                "Fix: pass a partition in that range"
+            )
+        raise unknown_group(stream, group, self._groups(conn, stream))
+
+    # -- streams ---------------------------------------------------------------
+
+    def ensure_stream(self, config: StreamConfig) -> StreamConfig:
+        with self._tx("create stream") as conn:
+            row = conn.execute("SELECT partitions FROM fs_streams WHERE name=?", (config.name,)).fetchone()
+            if row is not None and int(row[0]) != config.partitions:
+                raise ConfigError(
+                    f"stream {config.name!r} exists with {row[0]} partitions, not {config.partitions}. "
+                    "Fix: keep partitions as they were (changing them would move keys between "
+                    "partitions and break per-key order), or use a new stream name"
+                )
+            conn.execute(
+                "INSERT INTO fs_streams VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+                "max_age=excluded.max_age, max_events=excluded.max_events, "
+                "max_bytes=excluded.max_bytes, dedup_window=excluded.dedup_window",
+                (
+                    config.name,
+                    config.partitions,
+                    config.max_age,
+                    config.max_events,
+                    config.max_bytes,
+                    config.dedup_window,
+                    time.time(),
+                ),
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO fs_parts VALUES (?,?,1,0,0,0)",
+                [(config.name, p) for p in range(config.partitions)],
+            )
+        self._configs[config.name] = config
+        return config
+
+    def streams(self) -> list[str]:
+        with self._errors("list streams"):
+            return [r[0] for r in self._conn().execute("SELECT name FROM fs_streams ORDER BY name")]
+
+    def _parts(self, conn: sqlite3.Connection, stream: str) -> dict[int, tuple[int, int, int, float]]:
+        rows = conn.execute("SELECT part, first, last, cum, last_ts FROM fs_parts WHERE stream=?", (stream,))
+        return {int(r[0]): (int(r[1]), int(r[2]), int(r[3]), float(r[4])) for r in rows}
+
+    def info(self, stream: str) -> StreamInfo:
+        conn = self._conn()
+        config = self._config(stream, conn)
+        with self._errors("stream info"):
+            parts = self._parts(conn, stream)
+            groups = self._groups(conn, stream)
+        ordered = [parts[p] for p in range(config.partitions)]
+        return StreamInfo(
+            config=config,
+            first=tuple(p[0] for p in ordered),
+            last=tuple(p[1] for p in ordered),
+            groups=tuple(groups),
+        )
+
+    def delete_stream(self, stream: str) -> bool:
+        with self._tx("delete stream") as conn:
+            found = conn.execute("DELETE FROM fs_streams WHERE name=?", (stream,)).rowcount > 0
+            for table in ("fs_parts", "fs_events", "fs_dedup", "fs_groups", "fs_pending", "fs_dead"):
+                conn.execute(f"DELETE FROM {table} WHERE stream=?", (stream,))
+            conn.execute("DELETE FROM fs_members WHERE stream=?", (stream,))
+            conn.execute("DELETE FROM fs_leases WHERE stream=?", (stream,))
+        self._configs.pop(stream, None)
+        return found
+
+    # -- producing -------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        if not events:
+            return []
+        config = self._config(stream)
+        now = time.time()
+        with self._tx("append") as conn:
+            parts = self._parts(conn, stream)
+            known: dict[str, tuple[int, int]] = {}
+            if config.dedup_window > 0:
+                known = self._known_ids(conn, stream, [e.id for e in events], now - config.dedup_window)
+            results: list[Appended] = []
+            rows: list[tuple[Any, ...]] = []
+            touched: dict[int, list[Any]] = {}
+            for event in events:
+                seen = known.get(event.id)
+                if seen is not None:
+                    results.append(Appended(seen[0], seen[1], duplicate=True))
+                    continue
+                p = partition_for(event.key, event.id, config.partitions)
+                state = touched.get(p)
+                if state is None:
+                    state = touched[p] = list(parts[p])
+                state[1] += 1
+                state[2] += len(event.payload)
+                state[3] = max(state[3], now)
+                rows.append((stream, p, state[1], event.id, event.key, state[3], state[2], event.payload))
+                known[event.id] = (p, state[1])
+                results.append(Appended(p, state[1]))
+            conn.executemany("INSERT INTO fs_events VALUES (?,?,?,?,?,?,?,?)", rows)
+            if config.dedup_window > 0:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)",
+                    [(stream, r[3], r[1], r[2], r[5]) for r in rows],
+                )
+            for p, (first, last, cum, last_ts) in touched.items():
+                conn.execute(
+                    "UPDATE fs_parts SET last=?, cum=?, last_ts=? WHERE stream=? AND part=?",
+                    (last, cum, last_ts, stream, p),
+                )
+                if config.max_events is not None or config.max_bytes is not None:
+                    self._trim_size(conn, config, p, first, last, cum)
+            self._maybe_trim_age(conn, config, now)
+        with self._changed:
+            self._changed.notify_all()
+        return results
+
+    def _known_ids(
+        self, conn: sqlite3.Connection, stream: str, ids: list[str], since: float
+    ) -> dict[str, tuple[int, int]]:
+        known: dict[str, tuple[int, int]] = {}
+        unique = list(dict.fromkeys(ids))
+        for i in range(0, len(unique), _MAX_VARS):
+            chunk = unique[i : i + _MAX_VARS]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT id, part, off FROM fs_dedup WHERE stream=? AND ts>=? AND id IN ({marks})",
+                (stream, since, *chunk),
+            ):
+                known[row[0]] = (int(row[1]), int(row[2]))
+        return known
+
+    # -- retention -------------------------------------------------------------
+
+    def _set_first(self, conn: sqlite3.Connection, stream: str, part: int, first: int) -> None:
+        conn.execute(
+            "UPDATE fs_parts SET first=? WHERE stream=? AND part=? AND first<?", (first, stream, part, first)
+        )
+
+    def _trim_size(
+        self, conn: sqlite3.Connection, config: StreamConfig, part: int, first: int, last: int, cum: int
+    ) -> int:
+        cut = first - 1
+        if config.max_events is not None:
+            cut = max(cut, last - config.max_events)
+        if (
+            config.max_bytes is not None
+            and cum - self._cum_before(conn, config.name, part, first) > config.max_bytes
+        ):
+            row = conn.execute(
+                "SELECT MAX(off) FROM fs_events WHERE stream=? AND part=? AND off>=? AND cum<=?",
+                (config.name, part, first, cum - config.max_bytes),
+            ).fetchone()
+            if row[0] is not None:
+                cut = max(cut, int(row[0]))
+        if cut < first:
+            return 0
+        removed = conn.execute(
+            "DELETE FROM fs_events WHERE stream=? AND part=? AND off<=?", (config.name, part, cut)
+        ).rowcount
+        self._set_first(conn, config.name, part, cut + 1)
+        return int(removed)
+
+    def _cum_before(self, conn: sqlite3.Connection, stream: str, part: int, first: int) -> int:
+        row = conn.execute(
+            "SELECT cum, length(payload) FROM fs_events WHERE stream=? AND part=? AND off=?",
+            (stream, part, first),
+        ).fetchone()
+        return 0 if row is None else int(row[0]) - int(row[1])
+
+    def _maybe_trim_age(
+        self, conn: sqlite3.Connection, config: StreamConfig, now: float, force: bool = False
+    ) -> int:
+        removed = 0
+        if force or now - self._last_age_trim.get(config.name, 0.0) >= 1.0:
+            self._last_age_trim[config.name] = now
+            conn.execute(
+                "DELETE FROM fs_dedup WHERE stream=? AND ts<?", (config.name, now - config.dedup_window)
+            )
+            if config.max_age is not None:
+                cutoff = now - config.max_age
+                for part, (first, last, _, _) in self._parts(conn, config.name).items():
+                    cut = self._last_before(conn, config.name, part, first, last, cutoff)
+                    if cut >= first:
+                        removed += conn.execute(
+                            "DELETE FROM fs_events WHERE stream=? AND part=? AND off<=?",
+                            (config.name, part, cut),
+                        ).rowcount
+                        self._set_first(conn, config.name, part, cut + 1)
+        return removed
+
+    def _ts(self, conn: sqlite3.Connection, stream: str, part: int, off: int) -> float:
+        row = conn.execute(
+            "SELECT ts FROM fs_events WHERE stream=? AND part=? AND off=?", (stream, part, off)
+        ).fetchone()
+        return float(row[0]) if row is not None else float("inf")
+
+    def _last_before(
+        self, conn: sqlite3.Connection, stream: str, part: int, first: int, last: int, when: float
+    ) -> int:
+        """The largest offset whose timestamp is < ``when`` (first - 1 if none)."""
+        lo, hi = first, last
+        answer = first - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._ts(conn, stream, part, mid) < when:
+                answer, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return answer
+
+    def enforce_retention(self, stream: str) -> int:
+        config = self._config(stream)
+        with self._tx("retention") as conn:
+            removed = self._maybe_trim_age(conn, config, time.time(), force=True)
+            if config.max_events is not None or config.max_bytes is not None:
+                for part, (first, last, cum, _) in self._parts(conn, stream).items():
+                    removed += self._trim_size(conn, config, part, first, last, cum)
+        return removed
+
+    # -- groups ----------------------------------------------------------------
+
+    def _groups(self, conn: sqlite3.Connection, stream: str) -> list[str]:
+        return [
+            r[0]
+            for r in conn.execute("SELECT DISTINCT grp FROM fs_groups WHERE stream=? ORDER BY grp", (stream,))
+        ]
+
+    def groups(self, stream: str) -> list[str]:
+        conn = self._conn()
+        self._config(stream, conn)
+        with self._errors("list groups"):
+            return self._groups(conn, stream)
+
+    def _targets(
+        self,
+        conn: sqlite3.Connection,
+        config: StreamConfig,
+        group: str,
+        start: Start,
+        partitions: Sequence[int],
+    ) -> dict[int, int]:
+        """The next offset to deliver per partition for ``start``; raise if not retained."""
+        parts = self._parts(conn, config.name)
+        targets: dict[int, int] = {}
+        for p in partitions:
+            first, last, _, _ = parts[p]
+            if start.kind == "beginning":
+                targets[p] = first
+            elif start.kind == "end":
+                targets[p] = last + 1
+            elif start.kind == "offset":
+                wanted = start.offset_for(p)
+                if wanted is None:
+                    continue
+                if wanted < first:
+                    raise out_of_range(config.name, group, p, f"offset {wanted}", first, last)
+                targets[p] = min(wanted, last + 1)
+            else:
+                assert start.time is not None
+                if first > 1 and start.time <= self._ts(conn, config.name, p, first):
+                    raise out_of_range(config.name, group, p, f"time {start.time:.3f}", first, last)
+                targets[p] = self._last_before(conn, config.name, p, first, last, start.time) + 1
+        return targets
+
+    def create_group(self, stream: str, group: str, start: Start) -> bool:
+        check_name("group", group)
+        config = self._config(stream)
+        with self._tx("create group") as conn:
+            if conn.execute("SELECT 1 FROM fs_groups WHERE stream=? AND grp=?", (stream, group)).fetchone():
+                return False
+            targets = self._targets(conn, config, group, start, range(config.partitions))
+            parts = self._parts(conn, stream)
+            now = time.time()
+            conn.executemany(
+                "INSERT INTO fs_groups VALUES (?,?,?,?,?,?)",
+                [
+                    (stream, group, p, targets.get(p, parts[p][0]) - 1, targets.get(p, parts[p][0]) - 1, now)
+                    for p in range(config.partitions)
+                ],
+            )
+        return True
+
+    def delete_group(self, stream: str, group: str) -> bool:
+        with self._tx("delete group") as conn:
+            found = (
+                conn.execute("DELETE FROM fs_groups WHERE stream=? AND grp=?", (stream, group)).rowcount > 0
+            )
+            for table in ("fs_pending", "fs_dead", "fs_members", "fs_leases"):
+                conn.execute(f"DELETE FROM {table} WHERE stream=? AND grp=?", (stream, group))
+        return found
+
+    def seek(self, stream: str, group: str, start: Start, partitions: Sequence[int] | None = None) -> None:
+        config = self._config(stream)
+        with self._tx("seek") as conn:
+            self._check_group(conn, stream, group, 0)
+            chosen = list(range(config.partitions)) if partitions is None else list(partitions)
+            for p in chosen:
+                self._check_group(conn, stream, group, p)
+            for p, target in self._targets(conn, config, group, start, chosen).items():
+                conn.execute("DELETE FROM fs_pending WHERE stream=? AND grp=? AND part=?", (stream, group, p))
+                conn.execute(
+                    "UPDATE fs_groups SET committed=?, delivered=? WHERE stream=? AND grp=? AND part=?",
+                    (target - 1, target - 1, stream, group, p),
+                )
+
+    # -- consuming -------------------------------------------------------------
+
+    def read(
+        self,
+        stream: str,
+        group: str,
+        partition: int,
+        consumer: str,
+        *,
+        max: int,
+        ack_deadline: float,
+        timeout: float,
+    ) -> list[Event]:
+        if max < 1:
+            raise ValueError(f"read max={max} must be ≥ 1")
+        until = time.monotonic() + (timeout if timeout > 0 else 0.0)
+        while True:
+            events = self._read_once(stream, group, partition, consumer, max, ack_deadline)
+            remaining = until - time.monotonic()
+            if events or remaining <= 0:
+                return events
+            with self._changed:
+                self._changed.wait(min(remaining, _POLL))
+
+    def _read_once(
+        self, stream: str, group: str, partition: int, consumer: str, limit: int, ack_deadline: float
+    ) -> list[Event]:
+        with self._tx("read") as conn:
+            committed, delivered = self._check_group(conn, stream, group, partition)
+            now = time.time()
+            ranges = conn.execute(
+                "SELECT lo, hi, deliveries, deadline FROM fs_pending "
+                "WHERE stream=? AND grp=? AND part=? ORDER BY lo",
+                (stream, group, partition),
+            ).fetchall()
+            key = (stream, group, partition)
+            if ranges:
+                taken: list[tuple[int, int, int]] = []
+                need = limit
+                for lo, hi, deliveries, deadline in ranges:
+                    if deadline > now or need == 0:
+                        break
+                    end = min(hi, lo + need - 1)
+                    conn.execute(
+                        "DELETE FROM fs_pending WHERE stream=? AND grp=? AND part=? AND lo=?", (*key, lo)
+                    )
+                    conn.execute(
+                        "INSERT INTO fs_pending VALUES (?,?,?,?,?,?,?,?)",
+                        (*key, lo, end, deliveries + 1, now + ack_deadline, consumer),
+                    )
+                    if end < hi:
+                        conn.execute(
+                            "INSERT INTO fs_pending VALUES (?,?,?,?,?,?,?,?)",
+                            (*key, end + 1, hi, deliveries, deadline, consumer),
+                        )
+                    taken.append((lo, end, deliveries + 1))
+                    need -= end - lo + 1
+                    if end < hi:
+                        break
+                if not taken:
+                    return []
+                events: list[Event] = []
+                for lo, end, deliveries in taken:
+                    events.extend(self._events(conn, stream, partition, lo, end, deliveries))
+                first_kept = events[0].offset if events else taken[-1][1] + 1
+                if first_kept > taken[0][0]:
+                    # The oldest pending entries were removed by retention while pending.
+                    self._record_gap(conn, stream, group, partition, taken[0][0], first_kept - 1, now)
+                    self._commit(conn, stream, group, partition, first_kept - 1, committed, delivered)
+                return events
+            first, last, _, _ = self._parts(conn, stream)[partition]
+            start = delivered + 1
+            if start < first:
+                self._record_gap(conn, stream, group, partition, start, first - 1, now)
+                start = first
+                conn.execute(
+                    "UPDATE fs_groups SET committed=?, delivered=? WHERE stream=? AND grp=? AND part=?",
+                    (first - 1, first - 1, *key),
+                )
+            if start > last:
+                return []
+            end = min(last, start + limit - 1)
+            conn.execute(
+                "INSERT INTO fs_pending VALUES (?,?,?,?,?,?,?,?)",
+                (*key, start, end, 1, now + ack_deadline, consumer),
+            )
+            conn.execute("UPDATE fs_groups SET delivered=? WHERE stream=? AND grp=? AND part=?", (end, *key))
+            return self._events(conn, stream, partition, start, end, 1)
+
+    def _events(
+        self, conn: sqlite3.Connection, stream: str, partition: int, lo: int, hi: int, deliveries: int
+    ) -> list[Event]:
+        rows = conn.execute(
+            "SELECT off, id, key, ts, payload FROM fs_events "
+            "WHERE stream=? AND part=? AND off BETWEEN ? AND ? ORDER BY off",
+            (stream, partition, lo, hi),
+        )
+        return [
+            Event(stream, partition, int(r[0]), r[1], r[2], bytes(r[4]), float(r[3]), deliveries)
+            for r in rows
+        ]
+
+    def _record_gap(
+        self, conn: sqlite3.Connection, stream: str, group: str, partition: int, lo: int, hi: int, now: float
+    ) -> None:
+        config = self._config(stream, conn)
+        limits = ", ".join(
+            f"{name}={getattr(config, name)}"
+            for name in ("max_age", "max_events", "max_bytes")
+            if getattr(config, name) is not None
+        )
+        conn.execute(
+            _INSERT_DEAD,
+            (
+                stream,
+                group,
+                partition,
+                lo,
+                hi,
+                "",
+                None,
+                None,
+                f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
+                f"{group!r} processed them",
+                None,
+                0,
+                now,
+            ),
+        )
+
+    def _commit(
+        self,
+        conn: sqlite3.Connection,
+        stream: str,
+        group: str,
+        partition: int,
+        offset: int,
+        committed: int,
+        delivered: int,
+    ) -> None:
+        if offset <= committed:
+            return
+        if offset > delivered:
+            raise BackendError(
+                f"stream {stream!r} group {group!r} partition {partition}: cannot commit offset {offset}, "
+                f"only offsets up to {delivered} were delivered. Fix: commit the offset of an event you read"
+            )
+        key = (stream, group, partition)
+        conn.execute("DELETE FROM fs_pending WHERE stream=? AND grp=? AND part=? AND hi<=?", (*key, offset))
+        conn.execute(
+            "UPDATE fs_pending SET lo=? WHERE stream=? AND grp=? AND part=? AND lo<=?",
+            (offset + 1, *key, offset),
+        )
+        conn.execute("UPDATE fs_groups SET committed=? WHERE stream=? AND grp=? AND part=?", (offset, *key))
+
+    def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
+        with self._tx("commit") as conn:
+            committed, delivered = self._check_group(conn, stream, group, partition)
+            self._commit(conn, stream, group, partition, offset, committed, delivered)
+
+    def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:
+        with self._tx("extend") as conn:
+            conn.execute(
+                "UPDATE fs_pending SET deadline=? WHERE stream=? AND grp=? AND part=? AND consumer=?",
+                (time.time() + ack_deadline, stream, group, partition, consumer),
+            )
+
+    def dead_letter(
+        self, stream: str, group: str, event: Event, reason: str, error: str | None = None
+    ) -> None:
+        with self._tx("dead letter") as conn:
+            committed, delivered = self._check_group(conn, stream, group, event.partition)
+            if event.offset <= committed:
+                return
+            conn.execute(
+                _INSERT_DEAD,
+                (
+                    stream,
+                    group,
+                    event.partition,
+                    event.offset,
+                    None,
+                    event.id,
+                    event.key,
+                    event.payload,
+                    reason,
+                    error,
+                    event.deliveries,
+                    time.time(),
+                ),
+            )
+            self._commit(conn, stream, group, event.partition, event.offset, committed, delivered)
+
+    def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        conn = self._conn()
+        self._config(stream, conn)
+        sql = (
+            "SELECT stream, grp, part, off, id, key, payload, reason, deliveries, dead_at, error, last_off "
+            "FROM fs_dead WHERE stream=?"
+        )
+        args: tuple[Any, ...] = (stream,)
+        if group is not None:
+            sql += " AND grp=?"
+            args += (group,)
+        with self._errors("dead letters"):
+            rows = conn.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit)).fetchall()
+        return [
+            DeadLetter(
+                r[0],
+                r[1],
+                int(r[2]),
+                int(r[3]),
+                r[4],
+                r[5],
+                None if r[6] is None else bytes(r[6]),
+                r[7],
+                int(r[8]),
+                float(r[9]),
+                r[10],
+                r[11],
+            )
+            for r in rows
+        ]
+
+    def lag(self, stream: str, group: str) -> list[PartitionLag]:
+        conn = self._conn()
+        config = self._config(stream, conn)
+        with self._errors("lag"):
+            rows = conn.execute(
+                "SELECT part, committed, delivered FROM fs_groups WHERE stream=? AND grp=? ORDER BY part",
+                (stream, group),
+            ).fetchall()
+            if not rows:
+                raise unknown_group(stream, group, self._groups(conn, stream))
+            parts = self._parts(conn, stream)
+        out = []
+        for part, committed, delivered in rows:
+            first, last, _, _ = parts[int(part)]
+            out.append(PartitionLag(int(part), int(committed), last, first, int(delivered) - int(committed)))
+        assert len(out) == config.partitions
+        return out
+
+    # -- coordination ----------------------------------------------------------
+
+    def join(self, stream: str, group: str, consumer: str, ttl: float) -> list[str]:
+        now = time.time()
+        with self._tx("join") as conn:
+            conn.execute(
+                "DELETE FROM fs_members WHERE stream=? AND grp=? AND expires<?", (stream, group, now)
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO fs_members VALUES (?,?,?,?)", (stream, group, consumer, now + ttl)
+            )
+            return [
+                r[0]
+                for r in conn.execute(
+                    "SELECT consumer FROM fs_members WHERE stream=? AND grp=? ORDER BY consumer",
+                    (stream, group),
+                )
+            ]
+
+    def leave(self, stream: str, group: str, consumer: str) -> None:
+        with self._tx("leave") as conn:
+            conn.execute(
+                "DELETE FROM fs_members WHERE stream=? AND grp=? AND consumer=?", (stream, group, consumer)
+            )
+            conn.execute(
+                "DELETE FROM fs_leases WHERE stream=? AND grp=? AND owner=?", (stream, group, consumer)
+            )
+
+    def acquire(self, stream: str, group: str, partition: int, consumer: str, ttl: float) -> bool:
+        now = time.time()
+        with self._tx("acquire") as conn:
+            row = conn.execute(
+                "SELECT owner, expires FROM fs_leases WHERE stream=? AND grp=? AND part=?",
+                (stream, group, partition),
+            ).fetchone()
+            if row is not None and row[0] != consumer and float(row[1]) > now:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO fs_leases VALUES (?,?,?,?,?)",
+                (stream, group, partition, consumer, now + ttl),
+            )
+            return True
+
+    def release(self, stream: str, group: str, partition: int, consumer: str) -> None:
+        with self._tx("release") as conn:
+            conn.execute(
+                "DELETE FROM fs_leases WHERE stream=? AND grp=? AND part=? AND owner=?",
+                (stream, group, partition, consumer),
+            )
+
+    def close(self) -> None:
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+        if self._temporary:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self.path}{suffix}")
