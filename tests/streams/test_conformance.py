@@ -186,11 +186,11 @@ def test_redelivery_after_ack_deadline_keeps_order(backend: StreamBackend, make_
     again: list[Event] = []
     until = time.monotonic() + 5
     while not again and time.monotonic() < until:
-        again = backend.read(s.name, "g", 0, "c2", max=3, ack_deadline=30, timeout=0.5)
+        again = backend.read(s.name, "g", 0, "c2", max=3, ack_deadline=0.5, timeout=0.5)
     assert [e.offset for e in again] == [1, 2, 3]
     assert [e.deliveries for e in again] == [2, 2, 2]
     backend.commit(s.name, "g", 0, 3)
-    rest = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=30, timeout=1)
+    rest = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=0.5, timeout=1)
     assert [(e.offset, e.deliveries) for e in rest] == [(4, 1), (5, 1), (6, 1)]
 
 
@@ -204,13 +204,13 @@ def test_partial_redelivery_takes_a_prefix(backend: StreamBackend, make_stream: 
     one: list[Event] = []
     until = time.monotonic() + 5
     while not one and time.monotonic() < until:
-        one = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=30, timeout=0.5)
+        one = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
     assert [(e.offset, e.deliveries) for e in one] == [(1, 2)]
     backend.commit(s.name, "g", 0, 1)
     nxt: list[Event] = []
     until = time.monotonic() + 5
     while not nxt and time.monotonic() < until:
-        nxt = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=30, timeout=0.5)
+        nxt = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=0.3, timeout=0.5)
     assert [(e.offset, e.deliveries) for e in nxt] == [(2, 2), (3, 2), (4, 2)]
 
 
@@ -223,7 +223,7 @@ def test_extend_keeps_entries_held(backend: StreamBackend, make_stream: MakeStre
         time.sleep(0.3)
         backend.extend(s.name, "g", 0, "c1", 0.6)
     # 0.9 s after the read, past the original deadline: still held by c1.
-    assert backend.read(s.name, "g", 0, "c2", max=2, ack_deadline=30, timeout=0.05) == []
+    assert backend.read(s.name, "g", 0, "c2", max=2, ack_deadline=0.6, timeout=0.05) == []
     backend.commit(s.name, "g", 0, 2)
     assert backend.lag(s.name, "g")[0].lag == 0
 

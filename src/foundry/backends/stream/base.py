@@ -31,6 +31,10 @@ and strictly increasing within its partition. A *consumer group* has, per partit
 * **Commit is cumulative.** ``commit(partition, offset)`` acknowledges every delivered
   entry of the partition up to and including ``offset`` (Kafka's commit, JetStream's
   AckAll). It is idempotent; committing below the committed offset does nothing.
+* **The ack deadline is a group setting.** Every read of a group passes the same
+  ``ack_deadline`` (the runtime does); engines may apply the latest value to entries
+  already delivered (Redis measures idle time against it, JetStream's ``ack_wait`` is a
+  consumer setting).
 * **Deadlines are extended, not guessed.** ``extend`` pushes back the deadline of the
   entries a live consumer still holds (``in_progress`` in JetStream, ``XCLAIM``
   resetting idle time in Redis); a consumer that dies stops extending and its entries

@@ -1,0 +1,807 @@
+"""Redis Streams: one Redis stream per partition, one Redis consumer group per group.
+
+URL: ``redis://host:6379/0`` (``rediss://`` for TLS) with the option ``prefix=`` (default
+``foundry:stream``) that keeps apps sharing a server apart. Every key of a stream shares
+one hash tag, ``{<prefix>:<stream>}``, so the scripts below stay valid on Redis Cluster.
+
+How the contract maps onto Redis:
+
+* **Dense offsets.** An append script assigns offset ``n`` and stores the entry under the
+  explicit id ``n-0`` (``XADD key n-0 …``), so an offset *is* a stream id, lag is a
+  subtraction and ``XTRIM MINID`` trims by offset. The append timestamp is a field and is
+  kept non-decreasing per partition, so time seeks binary-search ids.
+* **Publish dedup**: ``SET <prefix>:id:<event id> "<partition>:<offset>" NX PX <window>`` in
+  the same script as the ``XADD``: one round trip per batch, atomic.
+* **Read** is a script: the group's pending entries list (``XPENDING``) is looked at first;
+  a prefix of expired entries is taken with ``XAUTOCLAIM`` (which also drops entries that
+  retention trimmed); while an unexpired entry is pending nothing is handed out; only an
+  empty PEL lets ``XREADGROUP … >`` deliver new entries. One script call is atomic, so
+  competing readers of a partition cannot interleave. A reader that found nothing waits
+  in ``XREAD BLOCK`` from the group's last delivered id.
+* **Commit** acknowledges (``XACK``) every pending id up to the offset; ``extend`` resets
+  the idle time of a consumer's entries (``XCLAIM … JUSTID``). The ack deadline is
+  measured as idle time since the last delivery, with the reader's ``ack_deadline``.
+* **Retention**: ``max_events`` by ``XADD MAXLEN`` (exact), ``max_age`` and ``max_bytes``
+  by ``XTRIM MINID`` in :meth:`enforce_retention` (run at most once a second by
+  appends). Dead letters are a capped stream ``{…}:dead``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.exceptions
+
+from foundry.backends.stream.base import (
+    Appended,
+    Capabilities,
+    DeadLetter,
+    Event,
+    NewEvent,
+    PartitionLag,
+    Start,
+    StreamConfig,
+    StreamInfo,
+    check_name,
+    out_of_range,
+    partition_for,
+    unknown_group,
+    unknown_stream,
+)
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+
+__all__ = ["RedisStreamBackend"]
+
+_DEAD_MAXLEN = 100_000
+
+_LIB = """
+local function num(id) return tonumber(string.match(id, '^(%d+)')) end
+local function fmt(n) return string.format('%d', n) end
+local function last_delivered(key, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local name, ld
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then ld = g[j + 1] end
+    end
+    if name == group then return ld end
+  end
+  return nil
+end
+local function first_offset(key, last)
+  local e = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+  if #e == 0 then return last + 1 end
+  return num(e[1][1])
+end
+local function field(entry, name)
+  for j = 1, #entry[2], 2 do if entry[2][j] == name then return entry[2][j + 1] end end
+  return nil
+end
+local function at(key, off, name)
+  local e = redis.call('XRANGE', key, fmt(off) .. '-0', fmt(off) .. '-0')
+  if #e == 0 then return nil end
+  return field(e[1], name)
+end
+-- the largest offset in [lo, hi] whose field `name` is < value (lo - 1 if none)
+local function last_below(key, lo, hi, name, value)
+  local answer = lo - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local v = tonumber(at(key, mid, name) or '-1')
+    if v < value then answer = mid; lo = mid + 1 else hi = mid - 1 end
+  end
+  return answer
+end
+local function ack_upto(key, group, upto)
+  local total = 0
+  while true do
+    local pend = redis.call('XPENDING', key, group, '-', upto, 1000)
+    if #pend == 0 then return total end
+    local ids = {}
+    for i, e in ipairs(pend) do ids[i] = e[1] end
+    redis.call('XACK', key, group, unpack(ids))
+    total = total + #ids
+    if #pend < 1000 then return total end
+  end
+end
+"""
+
+# KEYS[1] meta hash. ARGV: tag, now, dedup ms, maxlen, then (id, partition, key, payload)*
+_APPEND = (
+    _LIB
+    + """
+local tag, now, dedup, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local last, lts, cum, out = {}, {}, {}, {}
+for i = 5, #ARGV, 4 do
+  local id, p, key, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if last[p] == nil then
+    local m = redis.call('HMGET', KEYS[1], 'last:' .. p, 'ts:' .. p, 'cum:' .. p)
+    last[p], lts[p], cum[p] = tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0')
+  end
+  local off = last[p] + 1
+  local fresh = true
+  if dedup > 0 then
+    fresh = redis.call('SET', tag .. ':id:' .. id, p .. ':' .. fmt(off), 'NX', 'PX', dedup)
+  end
+  if fresh then
+    last[p] = off
+    if now > lts[p] then lts[p] = now end
+    cum[p] = cum[p] + #payload
+    local args = {tag .. ':p:' .. p}
+    if maxlen > 0 then table.insert(args, 'MAXLEN'); table.insert(args, maxlen) end
+    local ts = string.format('%.6f', lts[p])
+    for _, v in ipairs({fmt(off) .. '-0', 'i', id, 't', ts, 'c', fmt(cum[p]), 'd', payload}) do
+      table.insert(args, v)
+    end
+    if key ~= '' then table.insert(args, 'k'); table.insert(args, string.sub(key, 2)) end
+    redis.call('XADD', unpack(args))
+    out[#out + 1] = p .. ':' .. fmt(off) .. ':0'
+  else
+    out[#out + 1] = (redis.call('GET', tag .. ':id:' .. id) or (p .. ':0')) .. ':1'
+  end
+end
+for p, v in pairs(last) do
+  local ts = string.format('%.6f', lts[p])
+  redis.call('HSET', KEYS[1], 'last:' .. p, fmt(v), 'ts:' .. p, ts, 'cum:' .. p, fmt(cum[p]))
+end
+return out
+"""
+)
+
+# KEYS[1] partition stream. ARGV: group, consumer, max, ack ms
+_READ = (
+    _LIB
+    + """
+local key, group, consumer, max, ack = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local pend = redis.call('XPENDING', key, group, '-', '+', max)
+if #pend > 0 then
+  local ids, counts = {}, {}
+  for i, e in ipairs(pend) do
+    if e[3] < ack then break end
+    ids[i] = e[1]; counts[i] = e[4]
+  end
+  if #ids == 0 then return {'wait'} end
+  local r = redis.call('XAUTOCLAIM', key, group, consumer, ack, ids[1], 'COUNT', #ids)
+  return {'claimed', r[2], r[3] or {}, ids, counts}
+end
+local ld = last_delivered(key, group)
+if ld == nil then return redis.error_reply('NOGROUP no such consumer group') end
+local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', max, 'STREAMS', key, '>')
+if not r then return {'new', {}, ld} end
+return {'new', r[1][2], ld}
+"""
+)
+
+# KEYS[1] partition stream. ARGV: group, offset
+_COMMIT = (
+    _LIB
+    + """
+if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
+return ack_upto(KEYS[1], ARGV[1], ARGV[2] .. '-0')
+"""
+)
+
+# KEYS[1] partition stream, KEYS[2] dead stream. ARGV: group, offset, then field/value pairs
+_DEAD = (
+    _LIB
+    + """
+if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', """
+    + str(_DEAD_MAXLEN)
+    + """, '*', unpack(fields))
+return ack_upto(KEYS[1], ARGV[1], ARGV[2] .. '-0')
+"""
+)
+
+# KEYS[1] partition stream. ARGV: group, consumer
+_EXTEND = """
+local pend = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10000, ARGV[2])
+if #pend == 0 then return 0 end
+local ids = {}
+for i, e in ipairs(pend) do ids[i] = e[1] end
+for i = 1, #ids, 1000 do
+  local chunk = {}
+  for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = ids[j] end
+  chunk[#chunk + 1] = 'JUSTID'
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(chunk))
+end
+return #ids
+"""
+
+# KEYS[1] meta, KEYS[2] groups set, KEYS[3..] partition streams. ARGV: group, then start id per partition
+_CREATE_GROUP = """
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
+for i = 3, #KEYS do
+  local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[i], ARGV[1], ARGV[i - 1], 'MKSTREAM')
+  if not ok and not string.find(tostring(err), 'BUSYGROUP') then return redis.error_reply(tostring(err)) end
+  if not ok then redis.call('XGROUP', 'SETID', KEYS[i], ARGV[1], ARGV[i - 1]) end
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS[1] partition stream. ARGV: group, start id: drop the PEL, move the group
+_SEEK = (
+    _LIB
+    + """
+if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
+ack_upto(KEYS[1], ARGV[1], '+')
+redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS[1] meta, KEYS[2] partition stream. ARGV: partition, group ('' for none), time (or '')
+# -> {first, last, ts of first, offset of first entry at/after time, committed, pending}
+_LOCATE = (
+    _LIB
+    + """
+local last = tonumber(redis.call('HGET', KEYS[1], 'last:' .. ARGV[1]) or '0')
+local first = first_offset(KEYS[2], last)
+local first_ts = '0'
+if first <= last then first_ts = at(KEYS[2], first, 't') or '0' end
+local target = -1
+if ARGV[3] ~= '' then target = last_below(KEYS[2], first, last, 't', tonumber(ARGV[3])) + 1 end
+local committed, pending = -1, 0
+if ARGV[2] ~= '' then
+  local ld = last_delivered(KEYS[2], ARGV[2])
+  if ld == nil then return redis.error_reply('NOGROUP no such consumer group') end
+  committed = num(ld)
+  local summary = redis.call('XPENDING', KEYS[2], ARGV[2])
+  pending = summary[1]
+  if pending > 0 then committed = num(summary[2]) - 1 end
+end
+return {fmt(first), fmt(last), first_ts, fmt(target), fmt(committed), fmt(pending)}
+"""
+)
+
+# KEYS[1] meta, KEYS[2] partition stream. ARGV: partition, age cutoff ('' none), max bytes ('' none)
+_TRIM = (
+    _LIB
+    + """
+local last = tonumber(redis.call('HGET', KEYS[1], 'last:' .. ARGV[1]) or '0')
+local cum = tonumber(redis.call('HGET', KEYS[1], 'cum:' .. ARGV[1]) or '0')
+local first = first_offset(KEYS[2], last)
+if first > last then return 0 end
+local cut = first - 1
+if ARGV[2] ~= '' then cut = math.max(cut, last_below(KEYS[2], first, last, 't', tonumber(ARGV[2]))) end
+if ARGV[3] ~= '' and cum > tonumber(ARGV[3]) then
+  cut = math.max(cut, last_below(KEYS[2], first, last, 'c', cum - tonumber(ARGV[3]) + 1))
+end
+if cut < first then return 0 end
+return redis.call('XTRIM', KEYS[2], 'MINID', fmt(cut + 1) .. '-0')
+"""
+)
+
+# KEYS[1] lease key. ARGV: consumer, ttl ms
+_ACQUIRE = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _parse(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    prefix = "foundry:stream"
+    kept = []
+    for name, value in query:
+        if name == "prefix":
+            if not value or "{" in value or "}" in value:
+                raise ConfigError(
+                    f"stream URL {url!r}: prefix={value!r}. Fix: a non-empty prefix without braces"
+                )
+            prefix = value
+        else:
+            kept.append((name, value))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment)), prefix
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
+    return {_s(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+
+
+def _offset(entry_id: Any) -> int:
+    return int(_s(entry_id).split("-", 1)[0])
+
+
+class RedisStreamBackend:
+    """Redis Streams (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        redis_url, self.prefix = _parse(url)
+        try:
+            self._r = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=60)
+        except ValueError as exc:
+            raise ConfigError(
+                f"stream URL {url!r} is not a Redis URL ({exc}). Fix: redis://host:6379/0"
+            ) from exc
+        self._scripts = {
+            name: self._r.register_script(text)
+            for name, text in (
+                ("append", _APPEND),
+                ("read", _READ),
+                ("commit", _COMMIT),
+                ("dead", _DEAD),
+                ("extend", _EXTEND),
+                ("create_group", _CREATE_GROUP),
+                ("seek", _SEEK),
+                ("locate", _LOCATE),
+                ("trim", _TRIM),
+                ("acquire", _ACQUIRE),
+                ("release", _RELEASE),
+            )
+        }
+        self._configs: dict[str, StreamConfig] = {}
+        self._last_trim: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _tag(self, stream: str) -> str:
+        return f"{{{self.prefix}:{stream}}}"
+
+    def _pkey(self, stream: str, partition: int) -> str:
+        return f"{self._tag(stream)}:p:{partition}"
+
+    @contextlib.contextmanager
+    def _errors(self, what: str, stream: str = "", group: str = "") -> Iterator[None]:
+        try:
+            yield
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise BackendUnavailableError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" in str(exc) and stream:
+                raise unknown_group(stream, group, self._group_names(stream)) from exc
+            raise BackendError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+        except redis.exceptions.RedisError as exc:
+            raise BackendError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+
+    def _run(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        what: str,
+        stream: str = "",
+        group: str = "",
+    ) -> Any:
+        with self._errors(what, stream, group):
+            return self._scripts[name](keys=list(keys), args=list(args))
+
+    def _config(self, stream: str) -> StreamConfig:
+        config = self._configs.get(stream)
+        if config is not None:
+            return config
+        with self._errors("load stream"):
+            raw = self._r.hgetall(f"{self._tag(stream)}:cfg")
+        if not raw:
+            raise unknown_stream(stream, self.streams())
+        values = {_s(k): json.loads(v) for k, v in raw.items()}
+        config = StreamConfig(
+            stream,
+            int(values["partitions"]),
+            values.get("max_age"),
+            values.get("max_events"),
+            values.get("max_bytes"),
+            float(values["dedup_window"]),
+        )
+        self._configs[stream] = config
+        return config
+
+    def _check_partition(self, config: StreamConfig, partition: int) -> None:
+        if not 0 <= partition < config.partitions:
+            raise NotFoundError(
+                f"stream {config.name!r} has partitions 0..{config.partitions - 1}, not {partition}. "
+                "Fix: pass a partition in that range"
+            )
+
+    # -- streams ---------------------------------------------------------------
+
+    def ensure_stream(self, config: StreamConfig) -> StreamConfig:
+        key = f"{self._tag(config.name)}:cfg"
+        with self._errors("create stream"):
+            self._r.hsetnx(key, "partitions", json.dumps(config.partitions))
+            existing = int(json.loads(self._r.hget(key, "partitions") or b"0"))
+            if existing != config.partitions:
+                raise ConfigError(
+                    f"stream {config.name!r} exists with {existing} partitions, not {config.partitions}. "
+                    "Fix: keep partitions as they were (changing them would move keys between "
+                    "partitions and break per-key order), or use a new stream name"
+                )
+            self._r.hset(
+                key,
+                mapping={
+                    "max_age": json.dumps(config.max_age),
+                    "max_events": json.dumps(config.max_events),
+                    "max_bytes": json.dumps(config.max_bytes),
+                    "dedup_window": json.dumps(config.dedup_window),
+                },
+            )
+            self._r.sadd(f"{self.prefix}:streams", config.name)
+        self._configs[config.name] = config
+        return config
+
+    def streams(self) -> list[str]:
+        with self._errors("list streams"):
+            return sorted(_s(n) for n in self._r.smembers(f"{self.prefix}:streams"))
+
+    def _locate(
+        self, stream: str, partition: int, group: str = "", when: float | None = None
+    ) -> list[int | float]:
+        raw = self._run(
+            "locate",
+            [f"{self._tag(stream)}:meta", self._pkey(stream, partition)],
+            [partition, group, "" if when is None else repr(when)],
+            "locate",
+            stream,
+            group,
+        )
+        first, last, first_ts, target, committed, pending = (_s(v) for v in raw)
+        return [int(first), int(last), float(first_ts), int(target), int(committed), int(pending)]
+
+    def info(self, stream: str) -> StreamInfo:
+        config = self._config(stream)
+        located = [self._locate(stream, p) for p in range(config.partitions)]
+        return StreamInfo(
+            config=config,
+            first=tuple(int(x[0]) for x in located),
+            last=tuple(int(x[1]) for x in located),
+            groups=tuple(self._group_names(stream)),
+        )
+
+    def delete_stream(self, stream: str) -> bool:
+        with self._errors("delete stream"):
+            found = bool(self._r.srem(f"{self.prefix}:streams", stream))
+            keys = list(self._r.scan_iter(match=f"{self._tag(stream)}*", count=1000))
+            for i in range(0, len(keys), 500):
+                self._r.delete(*keys[i : i + 500])
+        self._configs.pop(stream, None)
+        return found or bool(keys)
+
+    # -- producing -------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        if not events:
+            return []
+        config = self._config(stream)
+        args: list[Any] = [
+            self._tag(stream),
+            repr(time.time()),
+            int(config.dedup_window * 1000),
+            config.max_events or 0,
+        ]
+        for event in events:
+            p = partition_for(event.key, event.id, config.partitions)
+            args.extend((event.id, p, "" if event.key is None else "=" + event.key, event.payload))
+        raw = self._run("append", [f"{self._tag(stream)}:meta"], args, "append")
+        out = []
+        for item in raw:
+            part, off, dup = _s(item).split(":")
+            out.append(Appended(int(part), int(off) or None, dup == "1"))
+        if (config.max_age or config.max_bytes) and time.monotonic() - self._last_trim.get(
+            stream, 0.0
+        ) >= 1.0:
+            self.enforce_retention(stream)
+        return out
+
+    def enforce_retention(self, stream: str) -> int:
+        config = self._config(stream)
+        self._last_trim[stream] = time.monotonic()
+        if not (config.max_age or config.max_bytes):
+            return 0
+        cutoff = "" if config.max_age is None else repr(time.time() - config.max_age)
+        size = "" if config.max_bytes is None else str(config.max_bytes)
+        removed = 0
+        for p in range(config.partitions):
+            removed += int(
+                self._run(
+                    "trim", [f"{self._tag(stream)}:meta", self._pkey(stream, p)], [p, cutoff, size], "trim"
+                )
+            )
+        return removed
+
+    # -- groups ----------------------------------------------------------------
+
+    def _group_names(self, stream: str) -> list[str]:
+        try:
+            return sorted(_s(g) for g in self._r.smembers(f"{self._tag(stream)}:groups"))
+        except redis.exceptions.RedisError:
+            return []
+
+    def groups(self, stream: str) -> list[str]:
+        self._config(stream)
+        return self._group_names(stream)
+
+    def _targets(
+        self, config: StreamConfig, group: str, start: Start, partitions: Sequence[int]
+    ) -> dict[int, int]:
+        targets: dict[int, int] = {}
+        for p in partitions:
+            first, last, first_ts, target, _, _ = self._locate(config.name, p, when=start.time)
+            first, last, target = int(first), int(last), int(target)
+            if start.kind == "beginning":
+                targets[p] = first
+            elif start.kind == "end":
+                targets[p] = last + 1
+            elif start.kind == "offset":
+                wanted = start.offset_for(p)
+                if wanted is None:
+                    continue
+                if wanted < first:
+                    raise out_of_range(config.name, group, p, f"offset {wanted}", first, last)
+                targets[p] = min(wanted, last + 1)
+            else:
+                assert start.time is not None
+                if first > 1 and start.time <= first_ts:
+                    raise out_of_range(config.name, group, p, f"time {start.time:.3f}", first, last)
+                targets[p] = target
+        return targets
+
+    def create_group(self, stream: str, group: str, start: Start) -> bool:
+        check_name("group", group)
+        config = self._config(stream)
+        if group in self._group_names(stream):
+            return False
+        targets = self._targets(config, group, start, range(config.partitions))
+        keys = [f"{self._tag(stream)}:meta", f"{self._tag(stream)}:groups"]
+        keys += [self._pkey(stream, p) for p in range(config.partitions)]
+        ids = [f"{max(targets.get(p, 1) - 1, 0)}-0" for p in range(config.partitions)]
+        return bool(self._run("create_group", keys, [group, *ids], "create group"))
+
+    def delete_group(self, stream: str, group: str) -> bool:
+        config = self._config(stream)
+        with self._errors("delete group"):
+            found = bool(self._r.srem(f"{self._tag(stream)}:groups", group))
+            for p in range(config.partitions):
+                with contextlib.suppress(redis.exceptions.ResponseError):
+                    self._r.xgroup_destroy(self._pkey(stream, p), group)
+                self._r.delete(f"{self._tag(stream)}:lease:{group}:{p}")
+            self._r.delete(f"{self._tag(stream)}:members:{group}")
+        return found
+
+    def seek(self, stream: str, group: str, start: Start, partitions: Sequence[int] | None = None) -> None:
+        config = self._config(stream)
+        if group not in self._group_names(stream):
+            raise unknown_group(stream, group, self._group_names(stream))
+        chosen = list(range(config.partitions)) if partitions is None else list(partitions)
+        for p in chosen:
+            self._check_partition(config, p)
+        for p, target in self._targets(config, group, start, chosen).items():
+            self._run(
+                "seek", [self._pkey(stream, p)], [group, f"{max(target - 1, 0)}-0"], "seek", stream, group
+            )
+
+    # -- consuming -------------------------------------------------------------
+
+    def read(
+        self,
+        stream: str,
+        group: str,
+        partition: int,
+        consumer: str,
+        *,
+        max: int,
+        ack_deadline: float,
+        timeout: float,
+    ) -> list[Event]:
+        if max < 1:
+            raise ValueError(f"read max={max} must be ≥ 1")
+        config = self._config(stream)
+        self._check_partition(config, partition)
+        key = self._pkey(stream, partition)
+        ack_ms = int(ack_deadline * 1000)
+        until = time.monotonic() + (timeout if timeout > 0 else 0.0)
+        while True:
+            raw = self._run("read", [key], [group, consumer, max, ack_ms], "read", stream, group)
+            kind = _s(raw[0])
+            if kind == "claimed":
+                events = self._claimed(stream, group, partition, raw)
+                if events:
+                    return events
+                continue  # only trimmed entries were pending: look again
+            if kind == "new" and raw[1]:
+                return self._fresh(stream, group, partition, raw[1], _offset(raw[2]))
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return []
+            if kind == "new":
+                with self._errors("wait", stream, group):
+                    self._r.xread({key: _s(raw[2])}, count=1, block=int(min(remaining, 5.0) * 1000) + 1)
+            else:
+                time.sleep(min(remaining, 0.02))
+
+    def _claimed(self, stream: str, group: str, partition: int, raw: Sequence[Any]) -> list[Event]:
+        entries, deleted, ids, counts = raw[1], raw[2], raw[3], raw[4]
+        deliveries = {_s(i): int(c) + 1 for i, c in zip(ids, counts, strict=True)}
+        if deleted:
+            offsets = sorted(_offset(d) for d in deleted)
+            self._record_gap(stream, group, partition, offsets[0], offsets[-1])
+        return [self._event(stream, partition, e, deliveries.get(_s(e[0]), 2)) for e in entries if e and e[1]]
+
+    def _fresh(
+        self, stream: str, group: str, partition: int, entries: Sequence[Any], delivered: int
+    ) -> list[Event]:
+        first = _offset(entries[0][0])
+        if first > delivered + 1:
+            self._record_gap(stream, group, partition, delivered + 1, first - 1)
+        return [self._event(stream, partition, e, 1) for e in entries]
+
+    def _event(self, stream: str, partition: int, entry: Sequence[Any], deliveries: int) -> Event:
+        fields = _fields(entry[1])
+        key = fields.get("k")
+        return Event(
+            stream,
+            partition,
+            _offset(entry[0]),
+            _s(fields["i"]),
+            None if key is None else _s(key),
+            bytes(fields["d"]),
+            float(fields["t"]),
+            deliveries,
+        )
+
+    def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
+        config = self._config(stream)
+        limits = ", ".join(
+            f"{name}={getattr(config, name)}"
+            for name in ("max_age", "max_events", "max_bytes")
+            if getattr(config, name) is not None
+        )
+        reason = (
+            f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
+            f"{group!r} processed them"
+        )
+        with self._errors("record gap"):
+            self._r.xadd(
+                f"{self._tag(stream)}:dead",
+                {
+                    "g": group,
+                    "p": partition,
+                    "o": lo,
+                    "lo": hi,
+                    "i": "",
+                    "r": reason,
+                    "n": 0,
+                    "at": repr(time.time()),
+                },
+                maxlen=_DEAD_MAXLEN,
+                approximate=True,
+            )
+
+    def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
+        self._check_partition(self._config(stream), partition)
+        self._run("commit", [self._pkey(stream, partition)], [group, offset], "commit", stream, group)
+
+    def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:
+        self._run("extend", [self._pkey(stream, partition)], [group, consumer], "extend", stream, group)
+
+    def dead_letter(
+        self, stream: str, group: str, event: Event, reason: str, error: str | None = None
+    ) -> None:
+        fields: list[Any] = [
+            "g",
+            group,
+            "p",
+            event.partition,
+            "o",
+            event.offset,
+            "i",
+            event.id,
+            "d",
+            event.payload,
+        ]
+        fields += ["r", reason, "n", event.deliveries, "at", repr(time.time())]
+        if event.key is not None:
+            fields += ["k", event.key]
+        if error is not None:
+            fields += ["e", error]
+        keys = [self._pkey(stream, event.partition), f"{self._tag(stream)}:dead"]
+        self._run("dead", keys, [group, event.offset, *fields], "dead letter", stream, group)
+
+    def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        self._config(stream)
+        out: list[DeadLetter] = []
+        start = "-"
+        with self._errors("dead letters"):
+            while len(out) < limit:
+                chunk: list[Any] = self._r.xrange(  # type: ignore[assignment]f"{self._tag(stream)}:dead", min=start, max="+", count=500)
+                for _, raw in chunk:
+                    fields: dict[str, Any] = {_s(k): v for k, v in raw.items()}
+                    if group is not None and _s(fields["g"]) != group:
+                        continue
+                    key, payload, error, hi = (
+                        fields.get("k"),
+                        fields.get("d"),
+                        fields.get("e"),
+                        fields.get("lo"),
+                    )
+                    out.append(
+                        DeadLetter(
+                            stream,
+                            _s(fields["g"]),
+                            int(fields["p"]),
+                            int(fields["o"]),
+                            _s(fields["i"]),
+                            None if key is None else _s(key),
+                            None if payload is None else bytes(payload),
+                            _s(fields["r"]),
+                            int(fields["n"]),
+                            float(fields["at"]),
+                            None if error is None else _s(error),
+                            None if hi is None else int(hi),
+                        )
+                    )
+                    if len(out) >= limit:
+                        break
+                if len(chunk) < 500:
+                    break
+                start = "(" + _s(chunk[-1][0])
+        return out
+
+    def lag(self, stream: str, group: str) -> list[PartitionLag]:
+        config = self._config(stream)
+        if group not in self._group_names(stream):
+            raise unknown_group(stream, group, self._group_names(stream))
+        out = []
+        for p in range(config.partitions):
+            first, last, _, _, committed, pending = self._locate(stream, p, group)
+            out.append(PartitionLag(p, int(committed), int(last), int(first), int(pending)))
+        return out
+
+    # -- coordination ----------------------------------------------------------
+
+    def join(self, stream: str, group: str, consumer: str, ttl: float) -> list[str]:
+        key = f"{self._tag(stream)}:members:{group}"
+        now = time.time()
+        with self._errors("join"):
+            pipe = self._r.pipeline(transaction=True)
+            pipe.zremrangebyscore(key, "-inf", now)
+            pipe.zadd(key, {consumer: now + ttl})
+            pipe.zrange(key, 0, -1)
+            pipe.pexpire(key, int(max(ttl, 1.0) * 10_000))
+            members = pipe.execute()[2]
+        return sorted(_s(m) for m in members)
+
+    def leave(self, stream: str, group: str, consumer: str) -> None:
+        config = self._config(stream)
+        with self._errors("leave"):
+            self._r.zrem(f"{self._tag(stream)}:members:{group}", consumer)
+        for p in range(config.partitions):
+            self.release(stream, group, p, consumer)
+
+    def acquire(self, stream: str, group: str, partition: int, consumer: str, ttl: float) -> bool:
+        key = f"{self._tag(stream)}:lease:{group}:{partition}"
+        return bool(self._run("acquire", [key], [consumer, max(1, int(ttl * 1000))], "acquire"))
+
+    def release(self, stream: str, group: str, partition: int, consumer: str) -> None:
+        self._run("release", [f"{self._tag(stream)}:lease:{group}:{partition}"], [consumer], "release")
+
+    def close(self) -> None:
+        with contextlib.suppress(redis.exceptions.RedisError):
+            self._r.close()
+        with contextlib.suppress(Exception):
+            self._r.connection_pool.disconnect()
