@@ -1,4 +1,4 @@
-"""A small, bounded connection pool shared by the journal engines."""
+"""A small, bounded connection pool, shared by the journal and queue engines."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class Pool(Generic[C]):
 
     @contextmanager
     def connection(self) -> Iterator[C]:
+        """``with pool.connection() as conn``: acquire, and release (checked on error)."""
         conn = self.acquire()
         try:
             yield conn

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
@@ -47,6 +46,63 @@ CLAIM_COLS = (
 ENTRY_COLS = "pos, kind, name, status, result, error, attempts, started_at, finished_at, wake_at, ref, detail"
 _ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE) + ")"
 FOREVER = math.inf
+
+# The schema, one template for every engine; ``types`` of each engine fill the words.
+DDL = """
+CREATE TABLE IF NOT EXISTS {wf} (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    codec TEXT NOT NULL,
+    args {blob},
+    result {blob},
+    error {blob},
+    parent_id TEXT,
+    parent_pos INTEGER,
+    owner TEXT,
+    token {bigint} NOT NULL,
+    lease_until {real} NOT NULL,
+    wake_at {real} NOT NULL,
+    cancel_requested INTEGER NOT NULL,
+    compensation TEXT NOT NULL,
+    claims INTEGER NOT NULL,
+    current_step TEXT,
+    step_started_at {real},
+    wakeups {bigint} NOT NULL,
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    finished_at {real}
+);
+CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
+    WHERE status IN ('pending', 'running', 'waiting', 'compensating');
+CREATE INDEX IF NOT EXISTS {wf}_parent ON {wf} (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {wf}_created ON {wf} (created_at);
+CREATE TABLE IF NOT EXISTS {en} (
+    workflow_id TEXT NOT NULL,
+    pos INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result {blob},
+    error {blob},
+    attempts INTEGER NOT NULL,
+    started_at {real} NOT NULL,
+    finished_at {real},
+    wake_at {real},
+    ref INTEGER,
+    detail TEXT,
+    PRIMARY KEY (workflow_id, pos)
+) {without_rowid};
+CREATE TABLE IF NOT EXISTS {sg} (
+    seq {serial},
+    workflow_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    payload {blob} NOT NULL,
+    sent_at {real} NOT NULL,
+    consumed_pos INTEGER
+);
+CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq);
+"""
 
 
 def state_from_row(row: Sequence[Any]) -> WorkflowState:
@@ -227,6 +283,7 @@ class SqlJournal:
     begin_sql: ClassVar[str] = "BEGIN"
     skip_locked: ClassVar[str] = ""
     _pool: Pool[Any]  # set by the engine before first use
+    types: ClassVar[dict[str, str]]  # column types of the engine, for DDL
     # Check a run's token inside its write transaction, so no claim commits in between.
     fence_sql: ClassVar[str] = "SELECT cancel_requested FROM {wf} WHERE id = ? AND token = ?"
 
@@ -258,14 +315,6 @@ class SqlJournal:
 
     # -- plumbing ----------------------------------------------------------------
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:
-            self._raise_mapped(exc)
-            raise
-
     def _raise_mapped(self, exc: BaseException) -> None:
         """Raise the Foundry error for a driver error (a step's own error unchanged)."""
         if isinstance(exc, _UserFailure):
@@ -281,6 +330,18 @@ class SqlJournal:
     def _auto(self) -> Session:
         """A pooled connection in autocommit: one statement, or several reads."""
         return Session(self, transaction=False)
+
+    def _create_schema(self) -> None:
+        """Create the tables and indexes if they are missing (idempotent, one transaction)."""
+        text = DDL.format(wf=self.wf, en=self.entries, sg=self.sigs, **self.types)
+        with self._tx() as c:
+            self._prepare_schema(c)
+            for statement in text.split(";"):
+                if statement.strip():
+                    c.conn.execute(statement)
+
+    def _prepare_schema(self, c: Cursor) -> None:
+        """Engine hook run first in the schema transaction."""
 
     def _now(self) -> float:
         return self.clock.time()

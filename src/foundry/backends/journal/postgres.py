@@ -25,61 +25,6 @@ from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["PostgresJournal"]
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS {wf} (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    codec TEXT NOT NULL,
-    args BYTEA,
-    result BYTEA,
-    error BYTEA,
-    parent_id TEXT,
-    parent_pos INTEGER,
-    owner TEXT,
-    token BIGINT NOT NULL,
-    lease_until DOUBLE PRECISION NOT NULL,
-    wake_at DOUBLE PRECISION NOT NULL,
-    cancel_requested INTEGER NOT NULL,
-    compensation TEXT NOT NULL,
-    claims INTEGER NOT NULL,
-    current_step TEXT,
-    step_started_at DOUBLE PRECISION,
-    wakeups BIGINT NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION
-);
-CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
-    WHERE status IN ('pending', 'running', 'waiting', 'compensating');
-CREATE INDEX IF NOT EXISTS {wf}_parent ON {wf} (parent_id) WHERE parent_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {wf}_created ON {wf} (created_at);
-CREATE TABLE IF NOT EXISTS {en} (
-    workflow_id TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    result BYTEA,
-    error BYTEA,
-    attempts INTEGER NOT NULL,
-    started_at DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION,
-    wake_at DOUBLE PRECISION,
-    ref INTEGER,
-    detail TEXT,
-    PRIMARY KEY (workflow_id, pos)
-);
-CREATE TABLE IF NOT EXISTS {sg} (
-    seq BIGSERIAL PRIMARY KEY,
-    workflow_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    payload BYTEA NOT NULL,
-    sent_at DOUBLE PRECISION NOT NULL,
-    consumed_pos INTEGER
-);
-CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq)
-"""
 
 _OWN_OPTIONS = ("schema", "prefix", "pool")
 
@@ -102,6 +47,13 @@ _RECORD = (
 class PostgresJournal(SqlJournal):
     dialect: ClassVar[str] = "postgres"
     begin_sql: ClassVar[str] = "BEGIN"
+    types: ClassVar[dict[str, str]] = {
+        "blob": "BYTEA",
+        "real": "DOUBLE PRECISION",
+        "bigint": "BIGINT",
+        "serial": "BIGSERIAL PRIMARY KEY",
+        "without_rowid": "",
+    }
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
     # The row lock holds off a concurrent claim until the record (and a transactional
     # step's own writes) commit.
@@ -146,16 +98,12 @@ class PostgresJournal(SqlJournal):
                 "URL's host, port, user and database"
             ) from exc
 
-    def _create_schema(self) -> None:
-        ddl = _DDL.replace("{wf}", self.wf).replace("{en}", self.entries).replace("{sg}", self.sigs)
-        lock_key = zlib.crc32(f"foundry-journal:{self.schema}".encode())
-        with self._tx() as c:
-            # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise the migration.
-            c.conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
-            c.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            for statement in ddl.split(";"):
-                if statement.strip():
-                    c.conn.execute(statement)
+    def _prepare_schema(self, c: Cursor) -> None:
+        # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise the migration.
+        c.conn.execute(
+            "SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(f"foundry-journal:{self.schema}".encode()),)
+        )
+        c.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
     def _placeholder(self, sql: str) -> str:
         return sql.replace("?", "%s")

@@ -24,62 +24,6 @@ from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteJournal"]
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS {wf} (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    codec TEXT NOT NULL,
-    args BLOB,
-    result BLOB,
-    error BLOB,
-    parent_id TEXT,
-    parent_pos INTEGER,
-    owner TEXT,
-    token INTEGER NOT NULL,
-    lease_until REAL NOT NULL,
-    wake_at REAL NOT NULL,
-    cancel_requested INTEGER NOT NULL,
-    compensation TEXT NOT NULL,
-    claims INTEGER NOT NULL,
-    current_step TEXT,
-    step_started_at REAL,
-    wakeups INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    finished_at REAL
-);
-CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
-    WHERE status IN ('pending', 'running', 'waiting', 'compensating');
-CREATE INDEX IF NOT EXISTS {wf}_parent ON {wf} (parent_id) WHERE parent_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {wf}_created ON {wf} (created_at);
-CREATE TABLE IF NOT EXISTS {en} (
-    workflow_id TEXT NOT NULL,
-    pos INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    result BLOB,
-    error BLOB,
-    attempts INTEGER NOT NULL,
-    started_at REAL NOT NULL,
-    finished_at REAL,
-    wake_at REAL,
-    ref INTEGER,
-    detail TEXT,
-    PRIMARY KEY (workflow_id, pos)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS {sg} (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    workflow_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    sent_at REAL NOT NULL,
-    consumed_pos INTEGER
-);
-CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq);
-"""
-
 
 # One autocommit statement: a write statement takes SQLite's write lock when it starts,
 # so the token it reads cannot change before it commits (the fence). No row: the token is
@@ -99,6 +43,13 @@ _RECORD = (
 class SqliteJournal(SqlJournal):
     dialect: ClassVar[str] = "sqlite"
     begin_sql: ClassVar[str] = "BEGIN IMMEDIATE"
+    types: ClassVar[dict[str, str]] = {
+        "blob": "BLOB",
+        "real": "REAL",
+        "bigint": "INTEGER",
+        "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "without_rowid": "WITHOUT ROWID",
+    }
 
     def __init__(self, url: str, *, clock: Clock | None = None) -> None:
         parts, query, prefix, size = parse_url(url)
@@ -133,17 +84,7 @@ class SqliteJournal(SqlJournal):
         )
         if self._uri:
             self._anchor = self._open()  # an in-memory database lives while one connection does
-        with self._errors(), self._pool.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                ddl = _DDL.replace("{wf}", self.wf).replace("{en}", self.entries).replace("{sg}", self.sigs)
-                for statement in ddl.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        self._create_schema()
 
     def _open(self) -> sqlite3.Connection:
         try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from foundry.backends.journal import Clock, JournalBackend, ManualClock, open_journal
 from foundry.deliver.workflow.context import WorkflowContext
-from foundry.deliver.workflow.runtime import WorkflowRuntime, WorkflowSource
+from foundry.deliver.workflow.runtime import WorkflowRuntime, WorkflowSource, journal_from
 from foundry.deliver.workflow.worker import AppLike, Worker
 from foundry.errors import NotFoundError, SubmitError
 from foundry.handle import Handle
@@ -99,12 +99,7 @@ def configure(
                 f"app {ctx.app_name!r}: its workflow runtime is already running. Fix: call "
                 "configure() before starting any workflow of this app"
             )
-        own = journal is None or isinstance(journal, str)
-        backend = (
-            open_journal(journal or ctx.settings.journal, clock=clock)
-            if journal is None or isinstance(journal, str)
-            else journal
-        )
+        backend, own = journal_from(journal, ctx.settings.journal, clock)
         rt = WorkflowRuntime(backend, ctx.lookup, metrics=ctx.metrics, own_journal=own, **options)
         _register(_key(ctx), rt, pinned=True)
         return rt

@@ -88,6 +88,23 @@ class _Completed:
     backoff: Any
 
 
+@dataclass(frozen=True, slots=True)
+class StepCall:
+    """One ``wf.step(...)`` call: the code, its arguments and its options."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    name: str
+    retries: int = 0
+    backoff: Any = 1.0
+    max_backoff: float = 300.0
+    timeout: float | None = None
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    undo: Callable[..., Any] | None = None
+    undo_retries: int = 3
+    transactional: bool = False
+
+
 def _name_of(fn: Any) -> str:
     target = getattr(fn, "func", fn)  # functools.partial
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
@@ -206,21 +223,21 @@ class WorkflowContext:
         other step is at-least-once: a crash after its code ran and before its record
         committed runs it again.
         """
-        return self._run.step(
+        seconds = None if timeout is None else parse_duration(timeout, unit=self.name, field_name="timeout")
+        call = StepCall(
             fn,
             args,
-            name=name or _name_of(fn),
-            retries=retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            timeout=None
-            if timeout is None
-            else parse_duration(timeout, unit=self.name, field_name="timeout"),
-            retry_on=retry_on,
-            undo=undo,
-            undo_retries=undo_retries,
-            transactional=transactional,
+            name or _name_of(fn),
+            retries,
+            backoff,
+            max_backoff,
+            seconds,
+            retry_on,
+            undo,
+            undo_retries,
+            transactional,
         )
+        return self._run.step(call)
 
     def sleep(self, duration: float | str) -> None:
         """Durable sleep: the wake-up time is journaled; a long sleep frees the worker."""
@@ -357,22 +374,9 @@ class Run:
 
     # -- steps -------------------------------------------------------------------
 
-    def step(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        *,
-        name: str,
-        retries: int,
-        backoff: Any,
-        max_backoff: float,
-        timeout: float | None,
-        retry_on: tuple[type[BaseException], ...],
-        undo: Callable[..., Any] | None,
-        undo_retries: int,
-        transactional: bool,
-    ) -> Any:
-        if transactional and timeout is not None:
+    def step(self, call: StepCall) -> Any:
+        name = call.name
+        if call.transactional and call.timeout is not None:
             raise SubmitError(
                 f"workflow {self.claim.name!r}: step {name!r} has transactional=True and timeout=; a "
                 "transaction cannot be abandoned safely. Fix: bound it with the database's statement "
@@ -383,29 +387,23 @@ class Run:
             self.rt.count_step(self.claim.name, "replayed")
             value = self._replay(entry)
         else:
-            value = self._execute(
-                pos, entry, fn, args, name, retries, backoff, max_backoff, timeout, retry_on, transactional
-            )
-        if undo is not None:
+            value = self._execute(pos, entry, call)
+        if call.undo is not None:
             self.completed.append(
-                _Completed(pos, _name_of(undo), undo, value, transactional, undo_retries, backoff)
+                _Completed(
+                    pos,
+                    _name_of(call.undo),
+                    call.undo,
+                    value,
+                    call.transactional,
+                    call.undo_retries,
+                    call.backoff,
+                )
             )
         return value
 
-    def _execute(
-        self,
-        pos: int,
-        entry: Entry | None,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        name: str,
-        retries: int,
-        backoff: Any,
-        max_backoff: float,
-        timeout: float | None,
-        retry_on: tuple[type[BaseException], ...],
-        transactional: bool,
-    ) -> Any:
+    def _execute(self, pos: int, entry: Entry | None, call: StepCall) -> Any:
+        name = call.name
         clock = self.rt.clock
         attempts = entry.attempts if entry is not None else 0
         started = entry.started_at if entry is not None else clock.time()
@@ -416,9 +414,9 @@ class Run:
             attempts += 1
             self.current = (name, clock.time())
             try:
-                if transactional:
-                    return self._transactional(pos, fn, args, name, attempts, started, what)
-                value = _call(fn, args, timeout, what)
+                if call.transactional:
+                    return self._transactional(pos, call, attempts, started, what)
+                value = _call(call.fn, call.args, call.timeout, what)
                 data = self.encode(value, f"the result of {what}")
             except _Control:
                 raise
@@ -428,13 +426,13 @@ class Run:
             except Exception as exc:
                 if (
                     isinstance(exc, NonDeterminismError)
-                    or not isinstance(exc, retry_on)
-                    or attempts > retries
+                    or not isinstance(exc, call.retry_on)
+                    or attempts > call.retries
                 ):
                     self._fail(pos, name, attempts, started, exc)
                     raise
                 self.rt.count_step(self.claim.name, "retried")
-                delay = backoff_delay(backoff, attempts, max_backoff)
+                delay = backoff_delay(call.backoff, attempts, call.max_backoff)
                 if delay > self.rt.inline_wait:
                     wake_at = clock.time() + delay
                     self._record(
@@ -469,22 +467,13 @@ class Run:
             self.rt.count_step(self.claim.name, "completed")
             return self._replay(stored)
 
-    def _transactional(
-        self,
-        pos: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        name: str,
-        attempts: int,
-        started: float,
-        what: str,
-    ) -> Any:
+    def _transactional(self, pos: int, call: StepCall, attempts: int, started: float, what: str) -> Any:
         def work(tx: Any) -> Entry:
-            data = self.encode(fn(tx, *args), f"the result of {what}")
+            data = self.encode(call.fn(tx, *call.args), f"the result of {what}")
             return Entry(
                 pos,
                 EntryKind.STEP,
-                name,
+                call.name,
                 EntryStatus.OK,
                 result=data,
                 attempts=attempts,

@@ -20,7 +20,8 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from foundry.backends.journal.base import Claim, JournalBackend, NewWorkflow, WorkflowStatus
+from foundry.backends.journal import open_journal
+from foundry.backends.journal.base import Claim, Clock, JournalBackend, NewWorkflow, WorkflowStatus
 from foundry.deliver.workflow.context import Run, _Control, _Infra
 from foundry.errors import CancelledError, FoundryError, NotFoundError, OverloadError, SubmitError
 from foundry.handle import Handle, Outcome, Status
@@ -29,7 +30,7 @@ from foundry.observe.metrics import Gauge, Registry
 from foundry.runtime import UnitSpec
 from foundry.serialize import Codec, decode_error, get_codec
 
-__all__ = ["WorkflowRuntime", "WorkflowSource"]
+__all__ = ["WorkflowRuntime", "WorkflowSource", "journal_from"]
 
 log = logging.getLogger("foundry.workflow")
 
@@ -42,6 +43,15 @@ _STATUS = {
     WorkflowStatus.FAILED: Status.FAILED,
     WorkflowStatus.CANCELLED: Status.CANCELLED,
 }
+
+
+def journal_from(
+    journal: str | JournalBackend | None, default_url: str, clock: Clock | None
+) -> tuple[JournalBackend, bool]:
+    """An open backend from a URL (opened here: owned) or an open backend (borrowed)."""
+    if journal is None or isinstance(journal, str):
+        return open_journal(journal or default_url, clock=clock), True
+    return journal, False
 
 
 class _Slot:

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
-from foundry.backends.journal import Clock, JournalBackend, open_journal
-from foundry.deliver.workflow.runtime import WorkflowRuntime
+from foundry.backends.journal import Clock, JournalBackend
+from foundry.deliver.workflow.runtime import WorkflowRuntime, journal_from
 from foundry.errors import BackendError, FoundryError, NotFoundError
 from foundry.runtime import RuntimeContext
 
@@ -54,12 +54,7 @@ class Worker:
                 f"app {ctx.app_name!r} declares no workflows, so this worker has nothing to run. "
                 "Fix: point the worker at the module that declares them (module:app)"
             )
-        own = journal is None or isinstance(journal, str)
-        backend = (
-            open_journal(journal or ctx.settings.journal, clock=clock)
-            if journal is None or isinstance(journal, str)
-            else journal
-        )
+        backend, own = journal_from(journal, ctx.settings.journal, clock)
         self.concurrency = concurrency
         self.poll = poll
         self.runtime = WorkflowRuntime(
