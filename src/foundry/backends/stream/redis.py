@@ -728,7 +728,8 @@ class RedisStreamBackend:
         start = "-"
         with self._errors("dead letters"):
             while len(out) < limit:
-                chunk: list[Any] = self._r.xrange(  # type: ignore[assignment]f"{self._tag(stream)}:dead", min=start, max="+", count=500)
+                dead_key = f"{self._tag(stream)}:dead"
+                chunk: list[Any] = self._r.xrange(dead_key, min=start, max="+", count=500) or []
                 for _, raw in chunk:
                     fields: dict[str, Any] = {_s(k): v for k, v in raw.items()}
                     if group is not None and _s(fields["g"]) != group:
