@@ -46,6 +46,12 @@ CLAIM_COLS = (
 ENTRY_COLS = "pos, kind, name, status, result, error, attempts, started_at, finished_at, wake_at, ref, detail"
 _ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE) + ")"
 FOREVER = math.inf
+# A final entry is written once per position; a waiting one may be replaced or resolved.
+ON_CONFLICT = (
+    " ON CONFLICT (workflow_id, pos) DO UPDATE SET "
+    + ", ".join(f"{col} = excluded.{col}" for col in ENTRY_COLS.split(", ")[1:])
+    + " WHERE {en}.status = 'waiting'"
+)
 
 # The schema, one template for every engine; ``types`` of each engine fill the words.
 DDL = """
@@ -375,11 +381,7 @@ class SqlJournal:
     def _upsert(self, c: Cursor, workflow_id: str, entry: Entry) -> bool:
         n = c.run(
             f"INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (workflow_id, pos) DO UPDATE SET kind = excluded.kind, name = excluded.name, "
-            "status = excluded.status, result = excluded.result, error = excluded.error, "
-            "attempts = excluded.attempts, started_at = excluded.started_at, "
-            "finished_at = excluded.finished_at, wake_at = excluded.wake_at, ref = excluded.ref, "
-            "detail = excluded.detail WHERE {en}.status = 'waiting'",
+            + ON_CONFLICT,
             entry_params(workflow_id, entry),
         )
         return n > 0

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlencode, urlunsplit
 
 from foundry.backends.journal._pool import Pool
-from foundry.backends.journal._sql import ENTRY_COLS, Cursor, SqlJournal, entry_params, parse_url
+from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
@@ -35,11 +35,7 @@ _RECORD = (
     f"ins AS (INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) "
     "SELECT %s::text, %s::integer, %s::text, %s::text, %s::text, %s::bytea, %s::bytea, %s::integer, "
     "%s::double precision, %s::double precision, %s::double precision, %s::integer, %s::text FROM w "
-    "ON CONFLICT (workflow_id, pos) DO UPDATE SET kind = excluded.kind, name = excluded.name, "
-    "status = excluded.status, result = excluded.result, error = excluded.error, "
-    "attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at, "
-    "wake_at = excluded.wake_at, ref = excluded.ref, detail = excluded.detail "
-    "WHERE {en}.status = 'waiting' RETURNING 1) "
+    f"{ON_CONFLICT} RETURNING 1) "
     "SELECT (SELECT cancel_requested FROM w), (SELECT count(*) FROM ins)"
 )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from foundry.backends.journal._pool import Pool
-from foundry.backends.journal._sql import ENTRY_COLS, Cursor, SqlJournal, entry_params, parse_url
+from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
@@ -31,11 +31,7 @@ __all__ = ["SqliteJournal"]
 _RECORD = (
     f"INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
     "FROM {wf} WHERE id = ? AND token = ? "
-    "ON CONFLICT (workflow_id, pos) DO UPDATE SET kind = excluded.kind, name = excluded.name, "
-    "status = excluded.status, result = excluded.result, error = excluded.error, "
-    "attempts = excluded.attempts, started_at = excluded.started_at, finished_at = excluded.finished_at, "
-    "wake_at = excluded.wake_at, ref = excluded.ref, detail = excluded.detail "
-    "WHERE {en}.status = 'waiting' "
+    f"{ON_CONFLICT} "
     "RETURNING (SELECT cancel_requested FROM {wf} WHERE id = {en}.workflow_id)"
 )
 
