@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, overload
@@ -228,12 +229,22 @@ class Foundry:
 
         return runtime_of(self).handle(workflow_id)
 
+    def job(self, job_id: str) -> Any:
+        """A :class:`~foundry.handle.Handle` on a durable queue job, whoever submitted it
+        (``app.job(job_id).result(timeout=60)`` from any process)."""
+        from foundry.deliver.queue import handle_for
+
+        return handle_for(self, job_id)
+
     def close(self, timeout: float = 10.0) -> None:
         """Drain and stop every runtime this app started."""
         with self._lock:
             runners, self._runners = list(self._runners.values()), {}
         for runner in runners:
             runner.close(timeout)
+        queue_module = sys.modules.get("foundry.deliver.queue")
+        if queue_module is not None:  # handles made by app.job() hold a connection
+            queue_module.close_handles(self)
         for unit in self.units.values():
             unit._runner = None
 

@@ -203,6 +203,7 @@ class SqlQueue:
         self.table = f"{prefix}jobs"
         self.signals = Signals()
         self._sql_cache: dict[str, str] = {}
+        self._busy: set[str] = set()  # queues whose last claim came back full
         self._closed = False
 
     # -- engine hooks ------------------------------------------------------------
@@ -401,12 +402,19 @@ class SqlQueue:
             while True:
                 since = self.signals.gen(topic)
                 now = self._now()
-                ready, nxt = self._query(functools.partial(self._due, queue=queue, now=now))
+                if queue in self._busy:  # the last claim filled its batch: skip the probe
+                    ready, nxt = True, now
+                else:
+                    ready, nxt = self._query(functools.partial(self._due, queue=queue, now=now))
                 if ready:
                     got = self._commit(
                         lambda conn: self._claim_now(conn, queue, worker, lease, limit),
                         lambda _: (),
                     )
+                    if len(got) == limit:
+                        self._busy.add(queue)
+                    else:
+                        self._busy.discard(queue)
                     if got:
                         return got
                     continue  # raced with another worker, or a lapsed job went to dead letters

@@ -1,0 +1,362 @@
+"""The durable queue delivery model: submit persists a job; a worker anywhere runs it.
+
+``make_runner(spec, ctx)`` is the route ``foundry.app`` takes for units whose decision's
+delivery is ``queue``. ``submit`` encodes the arguments with the unit's codec (JSON
+unless it declared ``codec="pickle"``), refuses payloads over ``max_payload``, derives
+the idempotency key (given as ``unit.options(key=...)``, or a hash of the unit and its
+arguments when the unit is ``idempotent=True``), enqueues, and returns a
+:class:`~foundry.handle.Handle` whose source reads the job from the store — so
+``result()`` works in any process (:func:`handle_for` rebuilds a handle from an id).
+The :class:`~foundry.deliver.worker.Worker` runs the jobs. See ``docs/queue.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from foundry.backends.queue import JobState, JobStatus, NewJob, QueueBackend, open_queue_backend
+from foundry.errors import (
+    CancelledError,
+    DeadLetteredError,
+    NotFoundError,
+    OverloadError,
+    PayloadTooLargeError,
+    SubmitError,
+)
+from foundry.handle import Handle, Outcome, Status
+from foundry.observe import names
+from foundry.observe.metrics import Registry
+from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
+from foundry.serialize import decode_error, get_codec
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD",
+    "DEFAULT_QUEUE",
+    "JobSource",
+    "QueueRunner",
+    "QueueRuntime",
+    "close_handles",
+    "handle_for",
+    "make_runner",
+    "queue_of",
+    "runtime_for",
+]
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: a queue carries references to data, not the data
+_WAIT_SLICE = 30.0  # a wait "forever" is many bounded waits on the store
+
+_STATUS = {
+    JobStatus.QUEUED: Status.QUEUED,
+    JobStatus.RUNNING: Status.RUNNING,
+    JobStatus.SUCCEEDED: Status.SUCCEEDED,
+    JobStatus.FAILED: Status.FAILED,
+    JobStatus.DEAD: Status.FAILED,
+    JobStatus.CANCELLED: Status.CANCELLED,
+}
+FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
+def queue_of(spec: UnitSpec) -> str:
+    """The queue a unit's jobs go to."""
+    return spec.traits.queue or DEFAULT_QUEUE
+
+
+def outcome_of(state: JobState) -> Outcome:
+    """How a finished job ended, as the submitter sees it (the original exception type
+    when it can be rebuilt, :class:`DeadLetteredError` with the reason for dead letters)."""
+    if state.status is JobStatus.SUCCEEDED:
+        return Outcome(value=None if state.result is None else get_codec(state.codec).decode(state.result))
+    if state.status is JobStatus.CANCELLED:
+        return Outcome(
+            error=CancelledError(f"unit {state.unit!r}: job {state.id} was cancelled before it ran")
+        )
+    if state.status is JobStatus.DEAD:
+        return Outcome(error=DeadLetteredError(state.id, state.dead_reason or "no reason recorded"))
+    record: dict[str, Any] = {}
+    if state.error:
+        try:
+            record = json.loads(state.error)
+        except ValueError:
+            record = {"type": "RemoteError", "message": state.error.decode(errors="replace")}
+    return Outcome(error=decode_error(record or {"type": "RemoteError", "message": "failed"}))
+
+
+class JobSource:
+    """A :class:`~foundry.handle.Source` over a job in the store (any process can hold one)."""
+
+    __slots__ = ("_backend", "_final", "id", "unit")
+
+    def __init__(self, backend: QueueBackend, job_id: str, unit: str) -> None:
+        self._backend = backend
+        self.id = job_id
+        self.unit = unit
+        self._final: JobState | None = None
+
+    def _state(self) -> JobState:
+        if self._final is not None:
+            return self._final
+        state = self._backend.get(self.id)
+        if state is None:
+            raise NotFoundError(
+                f"unit {self.unit!r}: job {self.id} is not in queue {self._backend.url} (never submitted "
+                "there, or purged after its result_ttl). Fix: check the id and the queue URL"
+            )
+        if state.status in FINISHED:
+            self._final = state
+        return state
+
+    def status(self) -> Status:
+        return _STATUS[self._state().status]
+
+    def wait(self, timeout: float | None) -> bool:
+        if self._final is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
+            state = self._backend.wait(self.id, max(0.0, left))
+            if state is None:
+                self._state()  # raises NotFoundError
+            elif state.status in FINISHED:
+                self._final = state
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    async def wait_async(self, timeout: float | None) -> bool:
+        return await asyncio.to_thread(self.wait, timeout)
+
+    def outcome(self) -> Outcome:
+        return outcome_of(self._state())
+
+    def cancel(self) -> bool:
+        if self._backend.cancel(self.id):
+            self._final = None
+            self._state()
+            return True
+        return False
+
+
+class QueueRuntime:
+    """One backend per app per process, shared by its runners and workers."""
+
+    def __init__(self, backend: QueueBackend, metrics: Registry, *, own: bool = True) -> None:
+        self.backend = backend
+        self.metrics = metrics
+        self._own = own
+        self._lock = threading.Lock()
+        self._watched: dict[str, Callable[[], None]] = {}
+        self.refs = 0
+
+    def watch(self, queue: str) -> None:
+        """Publish the queue's depth and oldest age as collected gauges (read on demand)."""
+        with self._lock:
+            if queue in self._watched:
+                return
+
+            def depth() -> list[tuple[dict[str, str], float]]:
+                return [({"queue": queue}, float(self.backend.stats(queue).depth))]
+
+            def age() -> list[tuple[dict[str, str], float]]:
+                return [({"queue": queue}, self.backend.stats(queue).oldest_age)]
+
+            undo_depth = self.metrics.collect(names.QUEUE_DEPTH, "jobs claimable now", depth)
+            undo_age = self.metrics.collect(
+                names.QUEUE_OLDEST_AGE, "seconds the oldest claimable job has waited", age
+            )
+
+            def undo() -> None:
+                undo_depth()
+                undo_age()
+
+            self._watched[queue] = undo
+
+    def close(self) -> None:
+        with self._lock:
+            undo, self._watched = list(self._watched.values()), {}
+        for fn in undo:
+            fn()
+        if self._own:
+            self.backend.close()
+
+
+_SHARED: dict[tuple[int, str], QueueRuntime] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def runtime_for(ctx: RuntimeContext, url: str | None = None) -> QueueRuntime:
+    """The app's shared queue runtime on ``url`` (default: the app's queue URL); each call
+    takes a reference that :func:`release_runtime` gives back."""
+    target = url or ctx.settings.queue
+    key = (id(ctx.metrics), target)
+    with _SHARED_LOCK:
+        rt = _SHARED.get(key)
+        if rt is None:
+            rt = _SHARED[key] = QueueRuntime(open_queue_backend(target), ctx.metrics)
+        rt.refs += 1
+        return rt
+
+
+def release_runtime(rt: QueueRuntime) -> None:
+    with _SHARED_LOCK:
+        rt.refs -= 1
+        if rt.refs > 0:
+            return
+        for key, value in list(_SHARED.items()):
+            if value is rt:
+                del _SHARED[key]
+    rt.close()
+
+
+def derived_key(unit: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The idempotency key of an ``idempotent=True`` unit: a hash of the unit and its arguments."""
+    try:
+        canonical = json.dumps(
+            [unit, list(args), kwargs], sort_keys=True, separators=(",", ":"), default=repr
+        )
+    except (TypeError, ValueError):
+        canonical = repr((unit, args, sorted(kwargs.items())))
+    return f"{unit}:auto:{hashlib.sha256(canonical.encode()).hexdigest()}"
+
+
+class QueueRunner:
+    """The :class:`~foundry.runtime.Runner` of one queue-delivered unit."""
+
+    def __init__(self, spec: UnitSpec, ctx: RuntimeContext, *, max_deliveries: int = 5) -> None:
+        self.spec = spec
+        self.queue = queue_of(spec)
+        self.codec = get_codec(spec.traits.codec)
+        self.max_payload = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
+        self.max_deliveries = max_deliveries
+        self.runtime = runtime_for(ctx)
+        self.backend = self.runtime.backend
+        self.runtime.watch(self.queue)
+        self._closed = False
+        self._depth_checked = 0.0
+        self._depth = 0
+
+    def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        name = self.spec.name
+        payload = self.codec.encode({"args": list(args), "kwargs": kwargs}, unit=name, what="arguments")
+        if len(payload) > self.max_payload:
+            raise PayloadTooLargeError(
+                f"unit {name!r}: the encoded arguments are {len(payload)} bytes, over max_payload="
+                f"{self.max_payload} bytes; nothing was enqueued. Fix: pass a reference (a path, URL or "
+                "row id) instead of the data, or declare a larger max_payload= on the unit"
+            )
+        return payload
+
+    def _check_intake(self) -> None:
+        bound = self.spec.traits.max_pending
+        if bound is None:
+            return
+        deadline = time.monotonic() + 30.0
+        while True:
+            now = time.monotonic()
+            if now - self._depth_checked > 0.1:
+                stats = self.backend.stats(self.queue)
+                self._depth, self._depth_checked = stats.depth + stats.scheduled, now
+            if self._depth < bound:
+                return
+            if self.spec.traits.overflow == "reject" or now > deadline:
+                raise OverloadError(
+                    f"unit {self.spec.name!r}: queue {self.queue!r} holds {self._depth} jobs, at max_pending="
+                    f"{bound}; the job was not enqueued. Fix: add workers, or raise max_pending"
+                )
+            time.sleep(0.05)
+
+    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        if self._closed:
+            raise SubmitError(
+                f"unit {self.spec.name!r}: its runner is closed. Fix: submit before app.close()"
+            )
+        name, traits = self.spec.name, self.spec.traits
+        payload = self._payload(args, kwargs)
+        if options.key is not None:
+            key: str | None = f"{name}:{options.key}"
+        elif traits.idempotent:
+            key = derived_key(name, args, kwargs)
+        else:
+            key = None
+        if options.eta is not None and options.delay is not None:
+            raise SubmitError(f"unit {name!r}: give delay= or eta=, not both. Fix: keep one of them")
+        eta = options.eta if options.eta is not None else None
+        if options.delay is not None:
+            eta = time.time() + options.delay
+        self._check_intake()
+        job = NewJob(
+            id=uuid.uuid4().hex,
+            queue=self.queue,
+            unit=name,
+            payload=payload,
+            codec=self.codec.name,
+            key=key,
+            priority=options.priority,
+            eta=eta,
+            max_retries=traits.retries,
+            max_deliveries=self.max_deliveries,
+            timeout=options.timeout if options.timeout is not None else traits.timeout,
+        )
+        done = self.backend.enqueue(job)
+        return Handle(done.id, name, JobSource(self.backend, done.id, name))
+
+    async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        return await asyncio.to_thread(self.submit, args, kwargs, options)
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Submit and wait for the result (a worker must be running somewhere)."""
+        return self.submit(args, kwargs, SubmitOptions()).result()
+
+    def close(self, timeout: float = 10.0) -> None:
+        if not self._closed:
+            self._closed = True
+            release_runtime(self.runtime)
+
+
+def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> QueueRunner:
+    return QueueRunner(spec, ctx)
+
+
+_HANDLE_RUNTIMES: dict[tuple[int, str], QueueRuntime] = {}
+
+
+def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
+    """A handle on job ``job_id`` of ``app``'s queue (or the queue at ``url``), whoever
+    submitted it: ``handle_for(app, job_id).result(timeout=60)`` from any process.
+    ``app.close()`` closes the connection it opened (:func:`close_handles`)."""
+    ctx: RuntimeContext = app.context()
+    key = (id(ctx.metrics), url or ctx.settings.queue)
+    with _SHARED_LOCK:
+        rt = _HANDLE_RUNTIMES.get(key)
+    if rt is None:
+        rt = runtime_for(ctx, url)
+        with _SHARED_LOCK:
+            kept = _HANDLE_RUNTIMES.setdefault(key, rt)
+        if kept is not rt:
+            release_runtime(rt)
+            rt = kept
+    state = rt.backend.get(job_id)
+    if state is None:
+        raise NotFoundError(
+            f"no job {job_id!r} in queue {rt.backend.url} (never submitted there, or purged after its "
+            "result_ttl). Fix: check the id, and that this process uses the submitter's queue URL"
+        )
+    return Handle(job_id, state.unit, JobSource(rt.backend, job_id, state.unit))
+
+
+def close_handles(app: Any) -> None:
+    """Give back the runtimes :func:`handle_for` opened for ``app``."""
+    mine = id(app.context().metrics)
+    with _SHARED_LOCK:
+        taken = [key for key in _HANDLE_RUNTIMES if key[0] == mine]
+        runtimes = [_HANDLE_RUNTIMES.pop(key) for key in taken]
+    for rt in runtimes:
+        release_runtime(rt)
