@@ -693,3 +693,31 @@ def test_the_runner_route_metrics_and_await(make_env: MakeEnv) -> None:
 
 async def _await(handle: Any) -> Any:
     return await handle
+
+
+def test_a_cancel_that_beats_the_result_compensates_even_after_a_crash(make_env: MakeEnv) -> None:
+    env = make_env()
+    undone: Counter[str] = Counter()
+
+    def last_step() -> str:
+        env.journal.request_cancel("late")  # arrives while the last step runs
+        return "vm-1"
+
+    def undo(result: str) -> None:
+        undone[result] += 1
+        if undone[result] == 1:
+            raise Crash("died while undoing")
+
+    @env.app.workflow()
+    def flow(wf: WorkflowContext) -> str:
+        return str(wf.step(last_step, undo=undo))
+
+    with pytest.raises(Crash):
+        flow.run(id="late")
+    env.expire_leases()
+    env.worker().drain()
+    state, entries = env.journal.load("late")
+    assert state.status == WorkflowStatus.CANCELLED
+    assert state.compensation == "done"
+    assert [e.kind for e in entries] == ["step", "cancel", "undo"]
+    assert undone == {"vm-1": 2}

@@ -652,7 +652,10 @@ class Run:
                 return self._replay(stored)
             claim = self.journal(rt.journal.claim_one, child_id, rt.owner, lease=rt.lease)
             if claim is not None:
-                rt.execute(claim)  # the child runs here, in this thread, then we look again
+                try:
+                    rt.execute(claim)  # the child runs here, in this thread, then we look again
+                except BackendError as exc:  # the journal failed under the child: not our failure
+                    raise _Infra(exc) from exc
                 continue
             raise _Suspend(FOREVER, f"child {child_id}")
 
@@ -678,8 +681,9 @@ class Run:
                 failure = exc
             else:
                 tail = self.history.get(self.pos)
-                if tail is not None and tail.kind == EntryKind.CANCEL:
+                if tail is not None and tail.kind == EntryKind.CANCEL:  # cancelled as it returned
                     failure = CancelledError(f"{self._where(self.pos)}: the workflow was cancelled")
+                    self.pos += 1
                 elif tail is not None or any(p > self.pos for p in self.history):
                     later = tail or self.history[min(p for p in self.history if p > self.pos)]
                     return self._finish_failed(
