@@ -1,0 +1,655 @@
+"""The Redis queue (redis-py): every state change of a job is one Lua script.
+
+URL: ``redis://[user:password@]host:6379/0`` with query options
+
+* ``prefix=foundry`` — every key lives under ``<prefix>:`` (a namespace per app or per
+  test; in a Redis Cluster use a hash-tagged prefix such as ``{foundry}``);
+* ``reconnect=15`` — seconds a call keeps retrying (with back-off) while Redis cannot be
+  reached, before it raises :class:`~foundry.errors.BackendUnavailableError`;
+* ``socket_timeout=10``, ``socket_connect_timeout=5``, ``health_check_interval``,
+  ``client_name`` — passed to redis-py.
+
+**What it keeps and how** (key layout in ``_redis_scripts``): a job is a hash; the
+claimable jobs of a queue are a sorted set ordered by priority, then eta, then enqueue
+order; delayed jobs and scheduled retries wait in a second sorted set scored by eta;
+leases are a third, scored by deadline. ``claim`` is one script that puts lapsed
+leases back (or dead-letters a job whose deliveries without an outcome reached
+``max_deliveries``), promotes the due delayed jobs, and moves the best ``limit`` jobs
+to the lease set with a fresh token — a reliable move, never a plain pop: a job is in
+exactly one of the sets at every instant, so a client that dies mid-claim loses
+nothing. Completion is written by a script that checks the job has no outcome yet (the
+single completion record); idempotency keys are a string set only when absent. A
+finished job's hash and key expire ``result_ttl`` after it finished (Redis deletes
+them; ``purge`` also deletes them on demand).
+
+**Waking.** Enqueue pushes a token onto the queue's ``wake`` list (at most 64
+waiting); an idle claimer blocks in ``BLPOP`` on it, with a timeout no longer than the
+next delayed job's eta or lease deadline, so it neither polls nor oversleeps a delayed
+job. A job that finishes is ``PUBLISH``-ed; ``wait`` listens (one subscriber thread per
+process, only while someone waits) and re-reads the job at least every second.
+
+**Durability** is Redis's own: with ``appendonly yes`` + ``appendfsync everysec`` an
+accepted job survives a Redis crash except for the last second of writes; with
+``always``, none; without persistence, a Redis restart loses the queue. Foundry does
+not change that — choose the Redis configuration for the guarantee you need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from foundry.backends.queue._redis_scripts import SCRIPTS
+from foundry.backends.queue._sql import RECHECK, Signals, job_topic
+from foundry.backends.queue.base import (
+    Capabilities,
+    Claimed,
+    Enqueued,
+    JobState,
+    JobStatus,
+    NewJob,
+    QueueStats,
+    check_new_job,
+)
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, SubmitError
+
+__all__ = ["RedisQueue"]
+
+log = logging.getLogger("foundry.queue.redis")
+
+T = TypeVar("T")
+
+_OWN = ("prefix", "reconnect")
+_PASSED = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "client_name")
+_STATE_FIELDS = (
+    "id",
+    "unit",
+    "queue",
+    "status",
+    "deliveries",
+    "attempts",
+    "result",
+    "error",
+    "dead_reason",
+    "codec",
+    "enqueued_at",
+    "finished_at",
+    "eta",
+    "priority",
+    "key",
+    "payload",
+)
+_BLOCK_MAX = 5.0  # longest single BLPOP; the socket timeout of blocking calls is above it
+_FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _opt(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = _text(value)
+    return text or None
+
+
+def _float(value: Any) -> float | None:
+    text = _opt(value)
+    return None if text is None else float(text)
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def claimed_from_reply(row: Sequence[Any], queue: str, token: str, until: float) -> Claimed:
+    """A ``Claimed`` from a script's reply row (see ``lease_job`` in the scripts)."""
+    return Claimed(
+        id=_text(row[0]),
+        queue=queue,
+        unit=_text(row[1]),
+        payload=bytes(row[2]),
+        codec=_text(row[3]),
+        token=token,
+        lease_until=until,
+        deliveries=int(row[4]),
+        attempts=int(row[5]),
+        max_retries=int(row[6]),
+        max_deliveries=int(row[7]),
+        timeout=_float(row[8]),
+        enqueued_at=float(row[9]),
+    )
+
+
+class _Signals(Signals):
+    """Job wake-ups inside this process, plus ``bump_all`` also kicking this process's
+    claimers out of ``BLPOP`` (a worker stopping must not wait for the timeout)."""
+
+    def __init__(self, kick: Callable[[], None]) -> None:
+        super().__init__()
+        self._kick = kick
+
+    def bump_all(self) -> None:
+        super().bump_all()
+        self._kick()
+
+
+class _Listener:
+    """One subscriber thread per backend, running only while somebody waits: finished
+    job ids arrive on ``<prefix>:done`` and wake the local waiters of that job."""
+
+    def __init__(self, queue: RedisQueue) -> None:
+        self._queue = queue
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        with self._lock:
+            self._waiting += 1
+            if self._thread is None and not self._stop.is_set():
+                self._ready.clear()
+                self._thread = threading.Thread(target=self._run, name="foundry-redis-listen", daemon=True)
+                self._thread.start()
+        self._ready.wait(1.0)  # subscribed before the caller reads the job: no lost wake-up
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def _run(self) -> None:
+        q = self._queue
+        channel = (q.prefix + "done").encode()
+        idle_since = time.monotonic()
+        pause = 0.05
+        pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if self._waiting:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > 2.0:
+                        self._thread = None
+                        return
+                try:
+                    if not pubsub.subscribed:
+                        pubsub.subscribe(channel)
+                    msg = pubsub.get_message(timeout=0.5)
+                except (redis.ConnectionError, redis.TimeoutError):
+                    self._ready.clear()
+                    q.signals.bump_all()  # everyone looks again after a reconnect
+                    self._stop.wait(pause)
+                    pause = min(pause * 2, 1.0)
+                    with contextlib.suppress(Exception):
+                        pubsub.reset()
+                    pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+                    continue
+                pause = 0.05
+                if msg is None:
+                    continue
+                if msg["type"] == "subscribe":
+                    self._ready.set()
+                    q.signals.bump_all()
+                elif msg["type"] == "message":
+                    q.signals.bump(job_topic(_text(msg["data"])))
+        finally:
+            with contextlib.suppress(Exception):
+                pubsub.reset()
+            self._ready.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+
+
+class RedisQueue:
+    """The Redis queue backend (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        notify=True, priority=True, cross_process_results=True, extras=("lua", "blocking-pop", "result-ttl")
+    )
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED)
+        if unknown:
+            raise ConfigError(
+                f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
+                f"Fix: use only {', '.join(_OWN + _PASSED)}"
+            )
+        prefix = query.get("prefix", "foundry")
+        if not prefix or any(c.isspace() for c in prefix) or len(prefix) > 100:
+            raise ConfigError(
+                f"queue URL {safe_url(url)!r}: prefix={prefix!r} must be 1-100 characters without spaces. "
+                "Fix: e.g. ?prefix=myapp"
+            )
+        self.prefix = prefix + ":"
+        self._reconnect = self._seconds(query, "reconnect", 15.0)
+        timeout = self._seconds(query, "socket_timeout", 10.0)
+        passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"}
+        base = urlunsplit(parts._replace(query=urlencode(passed)))
+        kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
+        try:
+            self.client = redis.Redis.from_url(base, socket_timeout=timeout, **kwargs)
+            self._blocking = redis.Redis.from_url(base, socket_timeout=_BLOCK_MAX + timeout, **kwargs)
+        except ValueError as exc:
+            raise ConfigError(f"queue URL {safe_url(url)!r}: {exc}. Fix: correct the URL") from exc
+        self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+        self._closed = False
+        self._blocked: dict[str, int] = {}
+        self._blocked_lock = threading.Lock()
+        self.signals = _Signals(self._kick)
+        self._listener = _Listener(self)
+        try:
+            self._call("connect", self.client.ping, within=min(self._reconnect, 3.0))
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _seconds(query: dict[str, str], name: str, default: float) -> float:
+        raw = query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw.rstrip("s"))
+        except ValueError:
+            value = -1.0
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(
+                f"queue option {name}={raw!r} is not a positive number of seconds. Fix: e.g. 15"
+            )
+        return value
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
+        """Run one Redis call; retry with back-off while Redis is unreachable, for at
+        most ``reconnect`` seconds, then raise :class:`BackendUnavailableError`."""
+        deadline: float | None = None
+        pause = 0.05
+        while True:
+            if self._closed:
+                raise BackendError(f"queue {safe_url(self.url)} is closed. Fix: do not use it after close()")
+            try:
+                return fn(*args)
+            except redis.AuthenticationError as exc:
+                raise ConfigError(
+                    f"queue URL {safe_url(self.url)!r}: Redis refused the credentials ({exc}). "
+                    "Fix: correct the user/password in the URL"
+                ) from exc
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + (self._reconnect if within is None else within)
+                if now >= deadline:
+                    raise BackendUnavailableError(
+                        f"queue {safe_url(self.url)}: Redis unreachable during {what} "
+                        f"({type(exc).__name__}: {exc}). Fix: start Redis or correct the URL; "
+                        "accepted jobs are safe in Redis, retry the call"
+                    ) from exc
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 1.0)
+            except redis.RedisError as exc:
+                raise BackendError(
+                    f"queue {safe_url(self.url)}: Redis failed during {what} ({type(exc).__name__}: {exc})"
+                ) from exc
+
+    def _script(self, name: str, args: Sequence[Any]) -> Any:
+        return self._call(name, self._scripts[name], [], [self.prefix, *args])
+
+    def _key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def _kick(self) -> None:
+        """Wake this process's claimers blocked in ``BLPOP`` (used when a worker stops)."""
+        with self._blocked_lock:
+            queues = [q for q, n in self._blocked.items() if n > 0]
+        for q in queues:
+            with contextlib.suppress(redis.RedisError):
+                self.client.rpush(self._key("q", q, "wake"), "1")
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    @staticmethod
+    def _enqueue_args(job: NewJob, now: float) -> list[Any]:
+        return [
+            _num(now),
+            job.id,
+            job.queue,
+            job.unit,
+            bytes(job.payload),
+            job.codec,
+            job.key or "",
+            str(job.priority),
+            _num(now if job.eta is None else job.eta),
+            str(job.max_retries),
+            str(job.max_deliveries),
+            "" if job.timeout is None else _num(job.timeout),
+            _num(job.result_ttl),
+        ]
+
+    def enqueue(self, job: NewJob) -> Enqueued:
+        check_new_job(job)
+        created, job_id = self._script("enqueue", self._enqueue_args(job, time.time()))
+        return Enqueued(_text(job_id), bool(created))
+
+    def enqueue_many(self, jobs: list[NewJob]) -> list[Enqueued]:
+        for job in jobs:
+            check_new_job(job)
+        if not jobs:
+            return []
+        now = time.time()
+        script = self._scripts["enqueue"]
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)  # one MULTI/EXEC: all or nothing
+            for job in jobs:
+                script(keys=[], args=[self.prefix, *self._enqueue_args(job, now)], client=pipe)
+            return list(pipe.execute())
+
+        return [Enqueued(_text(i), bool(c)) for c, i in self._call("enqueue_many", run)]
+
+    # -- claim -----------------------------------------------------------------------
+
+    def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
+        check_claim(queue, lease, limit)
+        deadline = time.monotonic() + max(0.0, timeout)
+        wake = self._key("q", queue, "wake")
+        while True:
+            now = time.time()
+            token = uuid.uuid4().hex
+            until = now + lease
+            rows, next_eta, next_lease = self._script(
+                "claim", [_num(now), queue, worker, token, _num(until), str(limit)]
+            )
+            if rows:
+                return [claimed_from_reply(r, queue, token, until) for r in rows]
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                return []
+            due = min(_float(next_eta) or math.inf, _float(next_lease) or math.inf) - time.time()
+            block = min(left, _BLOCK_MAX, max(due, 0.0) + 0.001)
+            if due <= 0:
+                continue  # more lapsed or due jobs than one script handles: go again now
+            with self._blocking_on(queue):
+                self._call("claim", self._blocking.blpop, [wake], block)
+
+    @contextlib.contextmanager
+    def _blocking_on(self, queue: str) -> Iterator[None]:
+        with self._blocked_lock:
+            self._blocked[queue] = self._blocked.get(queue, 0) + 1
+        try:
+            yield
+        finally:
+            with self._blocked_lock:
+                self._blocked[queue] -= 1
+
+    # -- a delivery's outcome ----------------------------------------------------------
+
+    def heartbeat(self, job_id: str, token: str, *, lease: float) -> bool:
+        return bool(self._script("heartbeat", [job_id, token, _num(time.time() + lease)]))
+
+    def complete(self, job_id: str, token: str, result: bytes) -> bool:
+        return self.complete_many([(job_id, token, result)])[0]
+
+    def complete_many(self, items: Sequence[tuple[str, str, bytes]]) -> list[bool]:
+        """Several completions in one script (a worker's batched acks)."""
+        if not items:
+            return []
+        args: list[Any] = [_num(time.time())]
+        for job_id, token, result in items:
+            args += [job_id, token, bytes(result)]
+        return [bool(x) for x in self._script("complete", args)]
+
+    def fail(
+        self,
+        job_id: str,
+        token: str,
+        error: bytes,
+        *,
+        retry_at: float | None = None,
+        dead_reason: str | None = None,
+    ) -> bool:
+        if retry_at is not None and dead_reason is not None:
+            raise SubmitError(
+                f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
+            )
+        mode = "retry" if retry_at is not None else "dead" if dead_reason is not None else "failed"
+        args = [
+            _num(time.time()),
+            job_id,
+            token,
+            bytes(error),
+            mode,
+            _num(retry_at or 0.0),
+            dead_reason or "",
+        ]
+        return bool(self._script("fail", args))
+
+    def release(self, job_id: str, token: str) -> bool:
+        return bool(self._script("release", [job_id, token]))
+
+    def cancel(self, job_id: str) -> bool:
+        return bool(self._script("cancel", [_num(time.time()), job_id]))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _state(self, job_id: str, values: Sequence[Any]) -> JobState | None:
+        f = dict(zip(_STATE_FIELDS, values, strict=True))
+        if f["status"] is None:
+            return None
+        status = JobStatus(_text(f["status"]))
+        result = f["result"]
+        return JobState(
+            id=job_id,
+            unit=_text(f["unit"]),
+            queue=_text(f["queue"]),
+            status=status,
+            deliveries=int(f["deliveries"]),
+            attempts=int(f["attempts"]),
+            result=bytes(result) if result is not None and status is JobStatus.SUCCEEDED else None,
+            error=bytes(f["error"]) if f["error"] else None,
+            dead_reason=_opt(f["dead_reason"]),
+            codec=_text(f["codec"]),
+            enqueued_at=float(f["enqueued_at"]),
+            finished_at=_float(f["finished_at"]),
+            eta=float(f["eta"]),
+            priority=int(f["priority"]),
+            key=_opt(f["key"]),
+            payload=bytes(f["payload"]),
+        )
+
+    def _get_many(self, ids: Sequence[str]) -> list[JobState]:
+        if not ids:
+            return []
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hmget(self._key("j", job_id), _STATE_FIELDS)
+            return list(pipe.execute())
+
+        found = (self._state(i, v) for i, v in zip(ids, self._call("get", run), strict=True))
+        return [s for s in found if s is not None]
+
+    def get(self, job_id: str) -> JobState | None:
+        values = self._call("get", self.client.hmget, self._key("j", job_id), _STATE_FIELDS)
+        return self._state(job_id, values)
+
+    def find(self, key: str) -> JobState | None:
+        job_id = self._call("find", self.client.get, self._key("k", key))
+        return None if job_id is None else self.get(_text(job_id))
+
+    def wait(self, job_id: str, timeout: float) -> JobState | None:
+        deadline = time.monotonic() + max(0.0, timeout)
+        topic = job_topic(job_id)
+        with self._listener.watching():
+            while True:
+                since = self.signals.gen(topic)
+                state = self.get(job_id)
+                left = deadline - time.monotonic()
+                if state is None or state.status in _FINISHED or left <= 0 or self._closed:
+                    return state
+                self.signals.wait(topic, since, min(left, RECHECK))
+
+    def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobState]:
+        key = self._key("dead") if queue is None else self._key("q", queue, "dead")
+        ids = [_text(i) for i in self._call("dead_letters", self.client.zrevrange, key, 0, max(0, limit - 1))]
+        return self._get_many(ids)
+
+    def requeue(self, job_id: str) -> bool:
+        return self._script("requeue", [_num(time.time()), job_id]) is not None
+
+    def stats(self, queue: str) -> QueueStats:
+        now = time.time()
+        depth, scheduled, running, dead, oldest = self._script("stats", [_num(now), queue])
+        first = _float(oldest)
+        return QueueStats(
+            depth=int(depth),
+            scheduled=int(scheduled),
+            running=int(running),
+            dead=int(dead),
+            oldest_age=0.0 if first is None or not depth else max(0.0, now - first),
+        )
+
+    def purge(self, now: float | None = None) -> int:
+        at = _num(time.time() if now is None else now)
+        total = 0
+        while True:
+            purged, looked = self._script("purge", [at, "500"])
+            total += int(purged)
+            if int(looked) < 500:
+                return total
+
+    def jobs(self, queue: str | None = None, status: str | None = None, limit: int = 100) -> list[JobState]:
+        """Some jobs (``foundry jobs list``): a bounded ``SCAN``, so not ordered by age."""
+        out: list[JobState] = []
+        cursor = 0
+        pattern = _glob_escape(self.prefix) + "j:*"
+        while len(out) < limit:
+            cursor, keys = self._call("jobs", self.client.scan, cursor, pattern, 500)
+            ids = [_text(k)[len(self.prefix) + 2 :] for k in keys]
+            for state in self._get_many(ids):
+                if (queue is None or state.queue == queue) and (status is None or state.status == status):
+                    out.append(state)
+            if cursor == 0:
+                break
+        out.sort(key=lambda s: s.enqueued_at, reverse=True)
+        return out[:limit]
+
+    # -- the AMQP engine's state store (see amqp.py) -------------------------------------
+
+    def claim_ids(
+        self, queue: str, ids: Sequence[str], worker: str, lease: float
+    ) -> tuple[list[Claimed], list[tuple[str, str, float | None, int]]]:
+        """Lease the given jobs if they are still queued and due. Returns the claimed
+        jobs (best priority first) and ``(id, status, eta, priority)`` of the others."""
+        now = time.time()
+        token = uuid.uuid4().hex
+        until = now + lease
+        rows, others = self._script("claim_ids", [queue, _num(now), worker, token, _num(until), *ids])
+        rows = sorted(rows, key=lambda r: -int(r[10]))
+        rest = [(_text(i), _text(s), _float(e), 0) for i, s, e in others]
+        return [claimed_from_reply(r, queue, token, until) for r in rows], rest
+
+    def reap(self, queue: str) -> list[tuple[str, int]]:
+        """Put lapsed leases back (or dead-letter them); ``(id, priority)`` of those put back."""
+        return [(_text(i), int(p)) for i, p in self._script("reap", [queue, _num(time.time())])]
+
+    def next_deadline(self, queue: str) -> float | None:
+        """The earliest lease deadline in ``queue`` (``None`` when nothing is leased)."""
+        first = self._call(
+            "next_deadline", self.client.zrange, self._key("q", queue, "lease"), 0, 0, True, True
+        )
+        return float(first[0][1]) if first else None
+
+    def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
+        """Queued jobs due before ``before``: ``(id, priority)``, best first."""
+        ready = self._call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
+        states = self._get_many([_text(m)[29:] for m in ready])
+        return [(s.id, s.priority) for s in states if s.status is JobStatus.QUEUED and (s.eta or 0) <= before]
+
+    def queues(self) -> list[str]:
+        return sorted(_text(q) for q in self._call("queues", self.client.smembers, self._key("queues")))
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Delete every key under this backend's prefix (tests, ``foundry`` teardown)."""
+        pattern = _glob_escape(self.prefix) + "*"
+
+        def run() -> None:
+            for batch in _batched(self.client.scan_iter(match=pattern, count=1000), 500):
+                self.client.unlink(*batch)
+
+        self._call("destroy", run)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._listener.close()
+        Signals.bump_all(self.signals)
+        for client in (self.client, self._blocking):
+            with contextlib.suppress(Exception):
+                client.connection_pool.disconnect()
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisQueue {safe_url(self.url)}>"
+
+
+def check_claim(queue: str, lease: float, limit: int) -> None:
+    """Refuse a claim no engine could serve, naming the field and the fix."""
+    if not isinstance(queue, str) or not queue:
+        raise SubmitError(f"claim: queue={queue!r} is not a queue name. Fix: give a non-empty string")
+    if not isinstance(lease, int | float) or not lease > 0 or not math.isfinite(lease):
+        raise SubmitError(f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _batched(items: Any, size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
