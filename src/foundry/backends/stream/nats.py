@@ -1,0 +1,870 @@
+"""NATS JetStream: one JetStream stream per partition, one durable pull consumer per group.
+
+URL: ``nats://host:4222`` (several servers: ``nats://a:4222,b:4222``) with the options
+``prefix=`` (default ``foundry``; JetStream names become ``FOUNDRY_<stream>_<n>`` and
+subjects ``foundry.<stream>.<n>``) and ``storage=file|memory`` (default ``file``).
+
+How the contract maps onto JetStream:
+
+* **Dense offsets.** Each partition is its own JetStream stream with the one subject
+  ``<prefix>.<stream>.<partition>``, so the stream sequence *is* the partition offset
+  (1, 2, 3 …), lag is a subtraction and ``opt_start_seq`` is a replay from an offset.
+* **Publish dedup**: every event carries ``Nats-Msg-Id: <event id>``; the stream's
+  ``duplicate_window`` is the dedup window (clamped to ``max_age``; JetStream requires
+  it). A batch goes out with ``publish_async`` and is awaited as a whole. Dedup is per
+  partition: an id republished with a *different* key could land elsewhere (a producer
+  bug Foundry does not guard against on this engine).
+* **Groups** are durable pull consumers named after the group, ``AckAll`` (commit is
+  cumulative), ``ack_wait`` = the group's ack deadline, ``max_deliver`` unlimited
+  (Foundry dead-letters by its own count, with a reason), ``max_ack_pending`` bounded.
+* **Order under redelivery.** JetStream hands out new messages while older ones wait
+  for their ``ack_wait``, so a read here is not atomic between readers
+  (``capabilities.atomic_read = False``): the runtime holds the partition's lease while
+  reading. Within a reader, messages newer than the pending window are *held* back
+  until every older pending message (redelivered by the server after its ``ack_wait``)
+  has been handed out and committed — a new owner after a crash never processes a
+  later event of a key before the earlier one.
+* **Extend** sends ``+WPI`` (``in_progress``) for the messages a consumer holds.
+* **Retention** is JetStream's own (``max_age``, ``max_msgs``, ``max_bytes``);
+  :meth:`enforce_retention` has nothing to do.
+* **Leases and membership** are records in a small coordination stream per stream
+  (one message per subject, compare-and-set with ``Nats-Expected-Last-Subject-Sequence``);
+  dead letters are a stream ``<PREFIX>_<stream>_dead``.
+
+The client reconnects by itself (``max_reconnect_attempts=-1``); while the server is
+away every call raises :class:`~foundry.errors.BackendUnavailableError` within its
+timeout, and nothing acknowledged is lost (file storage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import parse_qsl, urlsplit
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import api
+
+from foundry.backends.stream.base import (
+    Appended,
+    Capabilities,
+    DeadLetter,
+    Event,
+    NewEvent,
+    PartitionLag,
+    Start,
+    StreamConfig,
+    StreamInfo,
+    check_name,
+    out_of_range,
+    partition_for,
+    unknown_group,
+    unknown_stream,
+)
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+
+__all__ = ["NatsStreamBackend"]
+
+T = TypeVar("T")
+
+_MAX_ACK_PENDING = 20_000
+_DEFAULT_ACK_WAIT = 30.0
+_CONFLICT_CODES = (10071, 10164)  # wrong last subject sequence
+_UNAVAILABLE = (
+    nats.errors.NoServersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.ConnectionDrainingError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+    ConnectionError,
+    OSError,
+)
+
+
+def _parse(url: str) -> tuple[list[str], str, api.StorageType]:
+    parts = urlsplit(url)
+    prefix, storage = "foundry", api.StorageType.FILE
+    for name, value in parse_qsl(parts.query):
+        if name == "prefix":
+            if not value or not value.replace("_", "").replace("-", "").isalnum():
+                raise ConfigError(f"stream URL {url!r}: prefix={value!r}. Fix: letters, digits, '-' or '_'")
+            prefix = value
+        elif name == "storage":
+            if value not in ("file", "memory"):
+                raise ConfigError(
+                    f"stream URL {url!r}: storage={value!r}. Fix: storage=file or storage=memory"
+                )
+            storage = api.StorageType(value)
+        else:
+            raise ConfigError(
+                f"stream URL {url!r}: unknown option {name!r}. "
+                "Fix: the nats stream takes only prefix= and storage="
+            )
+    if not parts.netloc:
+        raise ConfigError(f"stream URL {url!r} names no server. Fix: nats://127.0.0.1:4222")
+    servers = [f"{parts.scheme}://{host}" for host in parts.netloc.split(",")]
+    return servers, prefix, storage
+
+
+@dataclass
+class _Part:
+    """What this process knows of one (group, partition): the pending window
+    ``(floor, hi]`` on the server, messages handed out and messages held back."""
+
+    sub: Any = None
+    known: bool = False
+    floor: int = 0
+    hi: int = 0
+    ack_wait: float | None = None
+    out: dict[int, Msg] = field(default_factory=dict)
+    held: dict[int, Msg] = field(default_factory=dict)
+    checked_retention: float = 0.0
+
+
+class NatsStreamBackend:
+    """NATS JetStream (see the module docstring)."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=False, dense_offsets=True)
+
+    def __init__(self, url: str, *, request_timeout: float = 5.0) -> None:
+        self.url = url
+        self._servers, self.prefix, self._storage = _parse(url)
+        self._timeout = request_timeout
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="foundry-nats", daemon=True)
+        self._thread.start()
+        self._nc: Any = None
+        self._js: Any = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._configs: dict[str, StreamConfig] = {}
+        self._parts: dict[tuple[str, str, int], _Part] = {}
+        self._closed = False
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _jsname(self, stream: str, partition: int | str) -> str:
+        return f"{self.prefix.upper()}_{stream}_{partition}"
+
+    def _subject(self, stream: str, partition: int | str) -> str:
+        return f"{self.prefix}.{stream}.{partition}"
+
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]], what: str, timeout: float | None = None) -> T:
+        if self._closed:
+            raise BackendError(f"stream backend {self.url} is closed. Fix: open a new one")
+        future = asyncio.run_coroutine_threadsafe(self._guard(make, what), self._loop)
+        try:
+            return future.result((timeout or 0.0) + self._timeout * 3)
+        except TimeoutError as exc:
+            future.cancel()
+            raise BackendUnavailableError(f"NATS at {self.url}: {what} timed out") from exc
+
+    async def _guard(self, make: Callable[[], Awaitable[T]], what: str) -> T:
+        try:
+            await self._connected()
+            return await make()
+        except (NotFoundError, ConfigError, BackendError):
+            raise
+        except nats.js.errors.APIError as exc:
+            if isinstance(exc, _UNAVAILABLE):
+                raise BackendUnavailableError(f"NATS at {self.url}: {what} failed: {exc}") from exc
+            raise BackendError(f"NATS at {self.url}: {what} failed: {exc}") from exc
+        except _UNAVAILABLE as exc:
+            raise BackendUnavailableError(
+                f"NATS at {self.url}: {what} failed ({type(exc).__name__}: {exc}); the client reconnects "
+                "by itself. Fix: check that nats-server runs with JetStream (-js)"
+            ) from exc
+        except nats.errors.Error as exc:
+            raise BackendError(f"NATS at {self.url}: {what} failed: {exc}") from exc
+
+    async def _connected(self) -> Any:
+        if self._nc is not None and not self._nc.is_closed:
+            return self._js
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._nc is None or self._nc.is_closed:
+
+                async def quiet(*_: Any) -> None:
+                    return None
+
+                self._nc = await nats.connect(
+                    servers=self._servers,
+                    connect_timeout=2,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.25,
+                    allow_reconnect=True,
+                    error_cb=quiet,
+                    disconnected_cb=quiet,
+                    reconnected_cb=quiet,
+                    closed_cb=quiet,
+                )
+                self._js = self._nc.jetstream(timeout=self._timeout)
+        return self._js
+
+    def _state(self, stream: str, group: str, partition: int) -> _Part:
+        key = (stream, group, partition)
+        state = self._parts.get(key)
+        if state is None:
+            state = self._parts[key] = _Part()
+        return state
+
+    async def _forget(self, stream: str, group: str, partition: int) -> None:
+        state = self._parts.pop((stream, group, partition), None)
+        if state is not None and state.sub is not None:
+            with contextlib.suppress(Exception):
+                await state.sub.unsubscribe()
+
+    async def _config_async(self, stream: str) -> StreamConfig:
+        config = self._configs.get(stream)
+        if config is not None:
+            return config
+        try:
+            info = await self._js.stream_info(self._jsname(stream, 0))
+        except nats.js.errors.NotFoundError:
+            raise unknown_stream(stream, await self._streams()) from None
+        meta = json.loads(info.config.description or "{}")
+        config = StreamConfig(
+            stream,
+            int(meta["partitions"]),
+            meta.get("max_age"),
+            meta.get("max_events"),
+            meta.get("max_bytes"),
+            float(meta.get("dedup_window", 120.0)),
+        )
+        self._configs[stream] = config
+        return config
+
+    def _check_partition(self, config: StreamConfig, partition: int) -> None:
+        if not 0 <= partition < config.partitions:
+            raise NotFoundError(
+                f"stream {config.name!r} has partitions 0..{config.partitions - 1}, not {partition}. "
+                "Fix: pass a partition in that range"
+            )
+
+    # -- streams ---------------------------------------------------------------
+
+    def ensure_stream(self, config: StreamConfig) -> StreamConfig:
+        async def run() -> StreamConfig:
+            try:
+                existing = await self._js.stream_info(self._jsname(config.name, 0))
+                partitions = int(json.loads(existing.config.description or "{}").get("partitions", 0))
+                if partitions != config.partitions:
+                    raise ConfigError(
+                        f"stream {config.name!r} exists with {partitions} partitions, not "
+                        f"{config.partitions}. Fix: keep partitions as they were (changing them would "
+                        "move keys between partitions and break per-key order), or use a new stream name"
+                    )
+            except nats.js.errors.NotFoundError:
+                pass
+            description = json.dumps(
+                {
+                    "foundry": config.name,
+                    "partitions": config.partitions,
+                    "max_age": config.max_age,
+                    "max_events": config.max_events,
+                    "max_bytes": config.max_bytes,
+                    "dedup_window": config.dedup_window,
+                }
+            )
+            window = config.dedup_window or 0.001
+            if config.max_age is not None:
+                window = min(window, config.max_age)
+            for p in range(config.partitions):
+                await self._upsert_stream(
+                    api.StreamConfig(
+                        name=self._jsname(config.name, p),
+                        description=description,
+                        subjects=[self._subject(config.name, p)],
+                        retention=api.RetentionPolicy.LIMITS,
+                        storage=self._storage,
+                        max_age=config.max_age,
+                        max_msgs=config.max_events or -1,
+                        max_bytes=config.max_bytes or -1,
+                        duplicate_window=window,
+                        discard=api.DiscardPolicy.OLD,
+                        num_replicas=1,
+                    )
+                )
+            for suffix, limits in (("dead", {"max_msgs": 100_000}), ("coord", {"max_msgs_per_subject": 1})):
+                await self._upsert_stream(
+                    api.StreamConfig(
+                        name=self._jsname(config.name, suffix),
+                        description=json.dumps({"foundry-aux": config.name}),
+                        subjects=[self._subject(config.name, suffix) + ".>"],
+                        storage=self._storage,
+                        num_replicas=1,
+                        **limits,  # type: ignore[arg-type]
+                    )
+                )
+            self._configs[config.name] = config
+            return config
+
+        return self._call(run, "create stream")
+
+    async def _upsert_stream(self, config: api.StreamConfig) -> None:
+        try:
+            await self._js.add_stream(config)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != 10058:  # stream name already in use with a different configuration
+                raise
+            await self._js.update_stream(config)
+
+    async def _streams(self) -> list[str]:
+        names: set[str] = set()
+        for info in await self._js.streams_info():
+            config = info.config
+            if not (config.name or "").startswith(self.prefix.upper() + "_"):
+                continue
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                meta = json.loads(config.description or "{}")
+                if "foundry" in meta:
+                    names.add(str(meta["foundry"]))
+        return sorted(names)
+
+    def streams(self) -> list[str]:
+        return self._call(self._streams, "list streams")
+
+    async def _bounds(self, stream: str, partition: int) -> tuple[int, int]:
+        """(first retained offset, last offset) of one partition."""
+        state = (await self._js.stream_info(self._jsname(stream, partition))).state
+        last = int(state.last_seq)
+        first = int(state.first_seq) if state.messages else last + 1
+        return max(first, 1), last
+
+    def info(self, stream: str) -> StreamInfo:
+        async def run() -> StreamInfo:
+            config = await self._config_async(stream)
+            bounds = [await self._bounds(stream, p) for p in range(config.partitions)]
+            return StreamInfo(
+                config=config,
+                first=tuple(b[0] for b in bounds),
+                last=tuple(b[1] for b in bounds),
+                groups=tuple(await self._groups(stream)),
+            )
+
+        return self._call(run, "stream info")
+
+    def delete_stream(self, stream: str) -> bool:
+        async def run() -> bool:
+            found = False
+            for key in [k for k in self._parts if k[0] == stream]:
+                await self._forget(*key)
+            p = 0
+            while True:
+                try:
+                    await self._js.delete_stream(self._jsname(stream, p))
+                    found = True
+                except nats.js.errors.NotFoundError:
+                    break
+                p += 1
+            for suffix in ("dead", "coord"):
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await self._js.delete_stream(self._jsname(stream, suffix))
+            self._configs.pop(stream, None)
+            return found
+
+        return self._call(run, "delete stream")
+
+    # -- producing -------------------------------------------------------------
+
+    def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        if not events:
+            return []
+
+        async def run() -> list[Appended]:
+            config = await self._config_async(stream)
+            futures = []
+            parts = []
+            for event in events:
+                p = partition_for(event.key, event.id, config.partitions)
+                headers = {"Nats-Msg-Id": event.id}
+                if event.key is not None:
+                    headers["Foundry-Key"] = event.key
+                parts.append(p)
+                futures.append(
+                    await self._js.publish_async(
+                        self._subject(stream, p), event.payload, headers=headers, wait_stall=self._timeout
+                    )
+                )
+            acks = await asyncio.wait_for(asyncio.gather(*futures), self._timeout + len(events) / 10_000)
+            return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]
+
+        return self._call(run, "append", timeout=len(events) / 10_000)
+
+    def enforce_retention(self, stream: str) -> int:
+        self._call(lambda: self._config_async(stream), "retention")
+        return 0  # JetStream applies max_age / max_msgs / max_bytes itself
+
+    # -- groups ----------------------------------------------------------------
+
+    async def _groups(self, stream: str) -> list[str]:
+        infos = await self._js.consumers_info(self._jsname(stream, 0))
+        return sorted(i.name for i in infos)
+
+    def groups(self, stream: str) -> list[str]:
+        async def run() -> list[str]:
+            await self._config_async(stream)
+            return await self._groups(stream)
+
+        return self._call(run, "list groups")
+
+    async def _consumer_info(self, stream: str, group: str, partition: int) -> Any:
+        try:
+            return await self._js.consumer_info(self._jsname(stream, partition), group)
+        except nats.js.errors.NotFoundError:
+            await self._config_async(stream)
+            raise unknown_group(stream, group, await self._groups(stream)) from None
+
+    async def _start_config(
+        self, config: StreamConfig, group: str, start: Start, partition: int
+    ) -> api.ConsumerConfig | None:
+        """The consumer config that starts ``group`` at ``start`` on one partition
+        (``None``: this partition is not named by an offset mapping)."""
+        first, last = await self._bounds(config.name, partition)
+        base: dict[str, Any] = {}
+        if start.kind == "beginning":
+            base = {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": first}
+        elif start.kind == "end":
+            base = {"deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
+        elif start.kind == "offset":
+            wanted = start.offset_for(partition)
+            if wanted is None:
+                return None
+            if wanted < first:
+                raise out_of_range(config.name, group, partition, f"offset {wanted}", first, last)
+            base = {
+                "deliver_policy": api.DeliverPolicy.BY_START_SEQUENCE,
+                "opt_start_seq": min(wanted, last + 1),
+            }
+        else:
+            assert start.time is not None
+            if first > 1:
+                oldest = await self._js.get_msg(self._jsname(config.name, partition), seq=first)
+                if oldest.time is not None and start.time <= oldest.time.timestamp():
+                    raise out_of_range(config.name, group, partition, f"time {start.time:.3f}", first, last)
+            when = datetime.datetime.fromtimestamp(start.time, datetime.UTC)
+            base = {"deliver_policy": api.DeliverPolicy.BY_START_TIME, "opt_start_time": when}
+        return api.ConsumerConfig(
+            durable_name=group,
+            ack_policy=api.AckPolicy.ALL,
+            ack_wait=_DEFAULT_ACK_WAIT,
+            max_deliver=-1,
+            max_ack_pending=_MAX_ACK_PENDING,
+            filter_subject=self._subject(config.name, partition),
+            replay_policy=api.ReplayPolicy.INSTANT,
+            **base,
+        )
+
+    def create_group(self, stream: str, group: str, start: Start) -> bool:
+        check_name("group", group)
+
+        async def run() -> bool:
+            config = await self._config_async(stream)
+            if group in await self._groups(stream):
+                return False
+            configs = [await self._start_config(config, group, start, p) for p in range(config.partitions)]
+            for p, consumer in enumerate(configs):
+                if consumer is None:
+                    consumer = await self._start_config(config, group, Start.beginning(), p)
+                await self._js.add_consumer(self._jsname(stream, p), consumer)
+            return True
+
+        return self._call(run, "create group")
+
+    def delete_group(self, stream: str, group: str) -> bool:
+        async def run() -> bool:
+            config = await self._config_async(stream)
+            found = False
+            for p in range(config.partitions):
+                await self._forget(stream, group, p)
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    found = await self._js.delete_consumer(self._jsname(stream, p), group) or found
+            return found
+
+        return self._call(run, "delete group")
+
+    def seek(self, stream: str, group: str, start: Start, partitions: Sequence[int] | None = None) -> None:
+        async def run() -> None:
+            config = await self._config_async(stream)
+            chosen = list(range(config.partitions)) if partitions is None else list(partitions)
+            old = {}
+            for p in chosen:
+                self._check_partition(config, p)
+                old[p] = await self._consumer_info(stream, group, p)
+            fresh = {p: await self._start_config(config, group, start, p) for p in chosen}
+            for p, consumer in fresh.items():
+                if consumer is None:
+                    continue
+                consumer.ack_wait = old[p].config.ack_wait
+                await self._forget(stream, group, p)
+                await self._js.delete_consumer(self._jsname(stream, p), group)
+                await self._js.add_consumer(self._jsname(stream, p), consumer)
+
+        self._call(run, "seek")
+
+    # -- consuming -------------------------------------------------------------
+
+    async def _prepare(self, stream: str, group: str, partition: int, ack_deadline: float) -> _Part:
+        config = await self._config_async(stream)
+        self._check_partition(config, partition)
+        state = self._state(stream, group, partition)
+        if not state.known or state.ack_wait != ack_deadline:
+            info = await self._consumer_info(stream, group, partition)
+            if abs((info.config.ack_wait or 0) - ack_deadline) > 1e-3:
+                info.config.ack_wait = ack_deadline
+                await self._js.add_consumer(self._jsname(stream, partition), info.config)
+            state.ack_wait = ack_deadline
+            if not state.known:
+                delivered = int(info.delivered.stream_seq)
+                state.hi = delivered
+                state.floor = delivered - int(info.num_ack_pending or 0)
+                state.held.clear()
+                state.out.clear()
+                state.known = True
+        if state.sub is None:
+            state.sub = await self._js.pull_subscribe_bind(
+                durable=group, stream=self._jsname(stream, partition), pending_msgs_limit=_MAX_ACK_PENDING * 2
+            )
+        return state
+
+    def read(
+        self,
+        stream: str,
+        group: str,
+        partition: int,
+        consumer: str,
+        *,
+        max: int,
+        ack_deadline: float,
+        timeout: float,
+    ) -> list[Event]:
+        if max < 1:
+            raise ValueError(f"read max={max} must be ≥ 1")
+        limit = max
+
+        async def run() -> list[Event]:
+            state = await self._prepare(stream, group, partition, ack_deadline)
+            until = time.monotonic() + (timeout if timeout > 0 else 0.0)
+            try:
+                while True:
+                    if state.floor >= state.hi and state.held:
+                        return await self._release_held(stream, group, partition, state, limit)
+                    remaining = until - time.monotonic()
+                    try:
+                        msgs = await state.sub.fetch(
+                            batch=limit, timeout=min(remaining, 5.0) if remaining > 0.01 else 0.01
+                        )
+                    except (TimeoutError, nats.errors.TimeoutError):
+                        msgs = []
+                    ready = self._sort(state, msgs)
+                    if ready:
+                        return [self._event(stream, partition, m) for m in ready]
+                    if not msgs and state.floor < state.hi:
+                        await self._pending_lost_to_retention(stream, group, partition, state)
+                    if until - time.monotonic() <= 0 and not (state.floor >= state.hi and state.held):
+                        return []
+            except BaseException:
+                state.known = False  # resynchronise with the server on the next read
+                raise
+
+        return self._call(run, "read", timeout=timeout + 5.0)
+
+    def _sort(self, state: _Part, msgs: list[Msg]) -> list[Msg]:
+        """Redeliveries of the pending window go out now (in order); newer ones wait."""
+        ready: dict[int, Msg] = {}
+        for msg in msgs:
+            seq = int(msg.metadata.sequence.stream)
+            if seq <= state.floor:
+                continue  # committed already (a redelivery that raced our commit)
+            if seq <= state.hi:
+                ready[seq] = msg
+                state.out[seq] = msg
+            else:
+                state.held[seq] = msg
+        return [ready[s] for s in sorted(ready)]
+
+    async def _release_held(
+        self, stream: str, group: str, partition: int, state: _Part, limit: int
+    ) -> list[Event]:
+        seqs = sorted(state.held)[:limit]
+        if seqs[0] > state.hi + 1:
+            await self._record_gap(stream, group, partition, state.hi + 1, seqs[0] - 1)
+            state.floor = state.hi = seqs[0] - 1
+        # Keep the contiguous run only: a missing sequence will arrive (or is a gap next time).
+        run = [seqs[0]]
+        for seq in seqs[1:]:
+            if seq != run[-1] + 1:
+                break
+            run.append(seq)
+        msgs = [state.held.pop(s) for s in run]
+        state.hi = run[-1]
+        for seq, msg in zip(run, msgs, strict=True):
+            state.out[seq] = msg
+        return [self._event(stream, partition, m) for m in msgs]
+
+    async def _pending_lost_to_retention(self, stream: str, group: str, partition: int, state: _Part) -> None:
+        now = time.monotonic()
+        if now - state.checked_retention < 1.0:
+            return
+        state.checked_retention = now
+        first, _ = await self._bounds(stream, partition)
+        if first > state.floor + 1:
+            lost_to = min(first - 1, state.hi)
+            await self._record_gap(stream, group, partition, state.floor + 1, lost_to)
+            state.floor = lost_to
+            for seq in [s for s in state.out if s <= lost_to]:
+                del state.out[seq]
+
+    def _event(self, stream: str, partition: int, msg: Msg) -> Event:
+        meta = msg.metadata
+        headers = msg.headers or {}
+        return Event(
+            stream,
+            partition,
+            int(meta.sequence.stream),
+            str(headers.get("Nats-Msg-Id", "")),
+            headers.get("Foundry-Key"),
+            bytes(msg.data),
+            meta.timestamp.timestamp(),
+            int(meta.num_delivered),
+        )
+
+    async def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
+        config = await self._config_async(stream)
+        limits = ", ".join(
+            f"{name}={getattr(config, name)}"
+            for name in ("max_age", "max_events", "max_bytes")
+            if getattr(config, name) is not None
+        )
+        reason = (
+            f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
+            f"{group!r} processed them"
+        )
+        record = {
+            "g": group,
+            "p": partition,
+            "o": lo,
+            "lo": hi,
+            "i": "",
+            "r": reason,
+            "n": 0,
+            "at": time.time(),
+        }
+        await self._js.publish(self._subject(stream, "dead") + f".{group}", json.dumps(record).encode())
+
+    async def _commit(self, stream: str, group: str, partition: int, offset: int) -> None:
+        state = await self._prepare(
+            stream, group, partition, self._state(stream, group, partition).ack_wait or 30.0
+        )
+        if offset <= state.floor:
+            return
+        candidates = [s for s in state.out if s <= offset]
+        if not candidates:
+            raise BackendError(
+                f"stream {stream!r} group {group!r} partition {partition}: cannot commit offset {offset}; "
+                "this connection was not handed that event. Fix: commit from the reader that read it"
+            )
+        msg = state.out[max(candidates)]
+        await msg.ack_sync(timeout=self._timeout)
+        for seq in candidates:
+            del state.out[seq]
+        state.floor = max(candidates)
+
+    def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
+        self._call(lambda: self._commit(stream, group, partition, offset), "commit")
+
+    def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:
+        async def run() -> None:
+            state = self._parts.get((stream, group, partition))
+            if state is None:
+                return
+            for msg in list(state.out.values()):
+                with contextlib.suppress(nats.errors.MsgAlreadyAckdError):
+                    await msg.in_progress()
+
+        self._call(run, "extend")
+
+    def dead_letter(
+        self, stream: str, group: str, event: Event, reason: str, error: str | None = None
+    ) -> None:
+        async def run() -> None:
+            record = {
+                "g": group,
+                "p": event.partition,
+                "o": event.offset,
+                "i": event.id,
+                "k": event.key,
+                "d": base64.b64encode(event.payload).decode(),
+                "r": reason,
+                "e": error,
+                "n": event.deliveries,
+                "at": time.time(),
+            }
+            await self._js.publish(self._subject(stream, "dead") + f".{group}", json.dumps(record).encode())
+            await self._commit(stream, group, event.partition, event.offset)
+
+        self._call(run, "dead letter")
+
+    def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]:
+        async def run() -> list[DeadLetter]:
+            await self._config_async(stream)
+            name = self._jsname(stream, "dead")
+            state = (await self._js.stream_info(name)).state
+            out: list[DeadLetter] = []
+            seq = int(state.first_seq)
+            while seq and seq <= state.last_seq and len(out) < limit:
+                try:
+                    raw = await self._js.get_msg(name, seq=seq)
+                except nats.js.errors.NotFoundError:
+                    seq += 1
+                    continue
+                seq += 1
+                r = json.loads(raw.data or b"{}")
+                if group is not None and r["g"] != group:
+                    continue
+                payload = r.get("d")
+                out.append(
+                    DeadLetter(
+                        stream,
+                        r["g"],
+                        int(r["p"]),
+                        int(r["o"]),
+                        r["i"],
+                        r.get("k"),
+                        None if payload is None else base64.b64decode(payload),
+                        r["r"],
+                        int(r["n"]),
+                        float(r["at"]),
+                        r.get("e"),
+                        r.get("lo"),
+                    )
+                )
+            return out
+
+        return self._call(run, "dead letters")
+
+    def lag(self, stream: str, group: str) -> list[PartitionLag]:
+        async def run() -> list[PartitionLag]:
+            config = await self._config_async(stream)
+            out = []
+            for p in range(config.partitions):
+                info = await self._consumer_info(stream, group, p)
+                first, last = await self._bounds(stream, p)
+                pending = int(info.num_ack_pending or 0)
+                out.append(PartitionLag(p, int(info.delivered.stream_seq) - pending, last, first, pending))
+            return out
+
+        return self._call(run, "lag")
+
+    # -- coordination ----------------------------------------------------------
+
+    async def _record(self, stream: str, name: str) -> tuple[dict[str, Any], int]:
+        try:
+            raw = await self._js.get_msg(
+                self._jsname(stream, "coord"), subject=self._subject(stream, "coord") + "." + name
+            )
+        except nats.js.errors.NotFoundError:
+            return {}, 0
+        return json.loads(raw.data or b"{}"), int(raw.seq or 0)
+
+    async def _swap(self, stream: str, name: str, value: dict[str, Any], last: int) -> bool:
+        try:
+            await self._js.publish(
+                self._subject(stream, "coord") + "." + name,
+                json.dumps(value).encode(),
+                headers={"Nats-Expected-Last-Subject-Sequence": str(last)},
+            )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _CONFLICT_CODES:
+                return False
+            raise
+        return True
+
+    def join(self, stream: str, group: str, consumer: str, ttl: float) -> list[str]:
+        async def run() -> list[str]:
+            await self._config_async(stream)
+            for _ in range(20):
+                members, seq = await self._record(stream, f"members.{group}")
+                now = time.time()
+                live = {c: e for c, e in members.items() if e > now}
+                live[consumer] = now + ttl
+                if await self._swap(stream, f"members.{group}", live, seq):
+                    return sorted(live)
+            raise BackendUnavailableError(f"NATS at {self.url}: join {group!r} kept conflicting; retry")
+
+        return self._call(run, "join")
+
+    def leave(self, stream: str, group: str, consumer: str) -> None:
+        async def run() -> None:
+            config = await self._config_async(stream)
+            for _ in range(20):
+                members, seq = await self._record(stream, f"members.{group}")
+                members.pop(consumer, None)
+                if await self._swap(stream, f"members.{group}", members, seq):
+                    break
+            for p in range(config.partitions):
+                await self._release(stream, group, p, consumer)
+
+        self._call(run, "leave")
+
+    def acquire(self, stream: str, group: str, partition: int, consumer: str, ttl: float) -> bool:
+        async def run() -> bool:
+            lease, seq = await self._record(stream, f"lease.{group}.{partition}")
+            now = time.time()
+            owner = lease.get("owner")
+            if owner and owner != consumer and float(lease.get("expires", 0)) > now:
+                return False
+            if not await self._swap(
+                stream, f"lease.{group}.{partition}", {"owner": consumer, "expires": now + ttl}, seq
+            ):
+                return False
+            if owner != consumer:
+                state = self._parts.get((stream, group, partition))
+                if state is not None:
+                    state.known = False  # another owner may have moved the window
+            return True
+
+        return self._call(run, "acquire")
+
+    async def _release(self, stream: str, group: str, partition: int, consumer: str) -> None:
+        lease, seq = await self._record(stream, f"lease.{group}.{partition}")
+        if lease.get("owner") == consumer:
+            await self._swap(stream, f"lease.{group}.{partition}", {"owner": "", "expires": 0}, seq)
+
+    def release(self, stream: str, group: str, partition: int, consumer: str) -> None:
+        self._call(lambda: self._release(stream, group, partition, consumer), "release")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+
+        async def shutdown() -> None:
+            for key in list(self._parts):
+                await self._forget(*key)
+            if self._nc is not None and not self._nc.is_closed:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._nc.close(), self._timeout)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(self._timeout * 2)
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self._timeout)
+        if not self._loop.is_running():
+            self._loop.close()
