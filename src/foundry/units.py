@@ -120,7 +120,11 @@ class WorkUnit:
         return runner.call(args, kwargs)
 
     async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        handle = _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
+        runner = self.runner
+        acall = getattr(runner, "acall", None)
+        if acall is not None:  # the model can run it in the caller's own task (async)
+            return await acall(args, kwargs)
+        handle = _tracked(await runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
         return await handle
 
     def submit(self, *args: Any, **kwargs: Any) -> Handle:

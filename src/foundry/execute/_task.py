@@ -154,8 +154,12 @@ class Task:
             return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
+        waiter = threading.get_ident()
 
         def wake() -> None:
+            if threading.get_ident() == waiter:  # finished on the waiting loop's own thread
+                _resolve(future)
+                return
             try:
                 loop.call_soon_threadsafe(_resolve, future)
             except RuntimeError:  # the waiting loop is closed: nobody to wake

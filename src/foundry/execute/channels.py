@@ -69,9 +69,10 @@ from foundry.execute._memory_channel import (
     SendChannel,
     open_channel,
 )
-from foundry.handle import FutureSource, Handle, new_id
-from foundry.observe import names
-from foundry.observe.metrics import Counter, Gauge, Histogram, Registry
+from foundry.execute.asyncio_loop import LoopThread
+from foundry.execute.instrument import IdMaker, UnitMetrics, check_in_process_options
+from foundry.handle import FutureSource, Handle
+from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("foundry.channels")
+_new_id = IdMaker("pipe")
 
 MODEL = "channels"
 _GRACE = 2.0  # seconds workers get, after close(timeout) ran out, to fail what is left
@@ -245,25 +247,6 @@ class Pipeline:
         return results
 
 
-class _StageMetrics:
-    __slots__ = ("completed", "duration", "failed", "in_flight")
-
-    def __init__(self, registry: Registry, unit: str) -> None:
-        labels = (unit, MODEL)
-        self.in_flight: Gauge = registry.gauge(
-            names.UNIT_IN_FLIGHT, "Units running now", ("unit", "model")
-        ).labels(*labels)
-        self.completed: Counter = registry.counter(
-            names.UNIT_COMPLETED, "Units completed", ("unit", "model")
-        ).labels(*labels)
-        self.failed: Counter = registry.counter(
-            names.UNIT_FAILED, "Units that raised", ("unit", "model")
-        ).labels(*labels)
-        self.duration: Histogram = registry.histogram(
-            names.UNIT_DURATION, "Seconds per unit", ("unit", "model")
-        ).labels(*labels)
-
-
 class _Item:
     __slots__ = ("deadline", "index", "source", "started", "value")
 
@@ -279,37 +262,6 @@ def _cancel_between_stages() -> bool:
     # A cancelled item is dropped at its next stage boundary; the stage running it now
     # finishes and its output is discarded.
     return True
-
-
-class _LoopThread:
-    """A private event loop in a daemon thread (async stages run on it)."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._main, name=f"foundry-{name}-loop", daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            try:
-                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            finally:
-                self.loop.close()
-
-    def run(self, coro: Any) -> cf.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def stop(self, timeout: float) -> None:
-        if self.loop.is_closed():
-            return
-        try:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        except RuntimeError:
-            return
-        self.thread.join(timeout)
 
 
 class PipelineRun:
@@ -330,8 +282,8 @@ class PipelineRun:
         self._count = 0
         self.accepted = 0
         self.finished = 0
-        self._unit = _StageMetrics(registry, pipeline.name)
-        self._stage_metrics = [_StageMetrics(registry, f"{self.name}.{s.name}") for s in pipeline.stages]
+        self._unit = UnitMetrics(registry, pipeline.name, MODEL, in_flight=self._in_pipeline)
+        self._stage_metrics = [UnitMetrics(registry, f"{self.name}.{s.name}", MODEL) for s in pipeline.stages]
         pairs = [
             open_channel(
                 s.buffer, name=f"{self.name}.{s.name}", metrics=registry, send_timeout=pipeline.send_timeout
@@ -341,7 +293,7 @@ class PipelineRun:
         self._channels = pairs
         self._intake: SendChannel[_Item] = pairs[0][0]
         self._threads: list[threading.Thread] = []
-        self._loop: _LoopThread | None = None
+        self._loop: LoopThread | None = None
         self._tasks: list[cf.Future[Any]] = []
         workers: list[tuple[int, ReceiveChannel[_Item], SendChannel[_Item] | None]] = []
         for index, stage in enumerate(pipeline.stages):
@@ -356,8 +308,9 @@ class PipelineRun:
             stage = pipeline.stages[index]
             if stage.is_async:
                 if self._loop is None:
-                    self._loop = _LoopThread(self.name)
-                self._tasks.append(self._loop.run(self._async_worker(index, rx, tx)))
+                    self._loop = LoopThread(f"foundry-{self.name}-loop")
+                coro = self._async_worker(index, rx, tx)
+                self._tasks.append(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
             else:
                 thread = threading.Thread(
                     target=self._sync_worker,
@@ -384,8 +337,7 @@ class PipelineRun:
     def _accepted(self, item: _Item) -> Handle:
         with self._lock:
             self.accepted += 1
-        self._unit.in_flight.inc()
-        return Handle(new_id("p"), self.name, item.source)
+        return Handle(_new_id(), self.name, item.source)
 
     def _submit(self, value: Any, timeout: float | None, wait: float | None) -> tuple[Handle, cf.Future[Any]]:
         item = self._new_item(value, timeout)
@@ -417,15 +369,16 @@ class PipelineRun:
                 future.set_exception(error)
         except cf.InvalidStateError:  # cancelled by its caller meanwhile
             error = error or CancelledError("cancelled by its caller")
-        unit = self._unit
-        unit.in_flight.dec()
-        unit.duration.observe(time.perf_counter() - item.started)
-        if error is None:
-            unit.completed.inc()
-        else:
-            unit.failed.inc()
         with self._lock:
             self.finished += 1
+        now = time.perf_counter()
+        if error is None:
+            self._unit.ok(now - item.started, now)
+        else:
+            self._unit.fail(now - item.started)
+
+    def _in_pipeline(self) -> float:
+        return float(self.accepted - self.finished)
 
     def _admit(self, item: _Item, index: int) -> bool:
         if item.source.future.done():  # its caller cancelled it
@@ -461,23 +414,23 @@ class PipelineRun:
             f"pipeline {self.name!r}, stage {stage.name!r}: item #{item.index} failed here; "
             "the other items carry on"
         )
-        self._stage_metrics[index].failed.inc()
         self._finish(item, error=error)
 
     @staticmethod
     @contextlib.contextmanager
-    def _measured(metrics: _StageMetrics) -> Iterator[None]:
-        metrics.in_flight.inc()
+    def _measured(metrics: UnitMetrics) -> Iterator[None]:
+        metrics.begin()
         started = time.perf_counter()
         try:
             yield
-        finally:
-            metrics.in_flight.dec()
-            metrics.duration.observe(time.perf_counter() - started)
+        except BaseException:
+            metrics.fail(time.perf_counter() - started)
+            raise
+        now = time.perf_counter()
+        metrics.ok(now - started, now)
 
     def _handed_on(self, item: _Item, index: int, value: Any, tx: SendChannel[_Item] | None) -> bool:
-        """Count a stage's success; ``True`` when the item goes on to the next stage."""
-        self._stage_metrics[index].completed.inc()
+        """``True`` when the item goes on to the next stage (else it is finished here)."""
         if tx is None:
             self._finish(item, value)
             return False
@@ -606,6 +559,8 @@ class PipelineRun:
                 )
         if self._loop is not None and not any(not f.done() for f in self._tasks):
             self._loop.stop(timeout=2.0)
+        for metrics in (self._unit, *self._stage_metrics):
+            metrics.close()
 
     def cancel(self) -> None:
         """Stop now: items not yet started by their next stage fail with ``CancelledError``."""
@@ -689,6 +644,11 @@ class ChannelsRunner:
         self._lock = threading.Lock()
 
     @property
+    def map_window(self) -> int:
+        """How many items ``unit.map`` keeps in flight: what the pipeline can hold."""
+        return self.pipeline.capacity
+
+    @property
     def run(self) -> PipelineRun:
         with self._lock:
             if self._run is None:
@@ -696,21 +656,7 @@ class ChannelsRunner:
             return self._run
 
     def _item(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Any:
-        unsupported = [
-            name
-            for name, value in (
-                ("key", options.key),
-                ("delay", options.delay),
-                ("eta", options.eta),
-                ("priority", options.priority or None),
-            )
-            if value is not None
-        ]
-        if unsupported:
-            raise SubmitError(
-                f"unit {self.spec.name!r}: {', '.join(unsupported)} need a durable queue, but this unit "
-                f"runs in-process ({self.spec.decision.model}). Fix: declare it durable=True, or drop them"
-            )
+        check_in_process_options(self.spec.name, MODEL, options)
         if len(args) != 1 or kwargs:
             raise SubmitError(
                 f"unit {self.spec.name!r}: a pipeline takes one item per submit, got {len(args)} positional "

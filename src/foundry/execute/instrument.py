@@ -42,12 +42,22 @@ __all__ = [
     "UnitMetrics",
     "check_in_process_options",
     "count_value",
+    "describe",
+    "usable_cpus",
 ]
 
 FLUSH_EVERY = 256
 FLUSH_SECONDS = 0.5
 
 _LABELS = ("unit", "model")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask on Linux)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def count_value(counter: itertools.count[int]) -> int:

@@ -61,9 +61,10 @@ from typing import Any, Literal
 
 from foundry.decide.model import Decision
 from foundry.errors import CancelledError, OverloadError, SubmitError, WorkTimeoutError
-from foundry.handle import FutureSource, Handle, new_id
+from foundry.execute.instrument import IdMaker, UnitMetrics, check_in_process_options
+from foundry.handle import FutureSource, Handle
 from foundry.observe import names
-from foundry.observe.metrics import Counter, Gauge, Histogram, Registry
+from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 from foundry.serialize import decode_error, encode_error
 
@@ -77,13 +78,14 @@ __all__ = [
 ]
 
 MODEL = "parallel"
+_new_id = IdMaker("par")
 DEFAULT_THRESHOLD = 64
 """Inputs with fewer items run sequentially in the caller."""
 MIN_WORK = 0.1
 """Seconds of estimated total work below which processes cost more than they save."""
 CHUNKS_PER_WORKER = 4
 MIN_CHUNK_SECONDS = 0.005
-MAX_CHUNK_SECONDS = 0.25
+MAX_CHUNK_SECONDS = 0.1
 PROBE_SECONDS = 0.002
 PROBE_MAX_ITEMS = 256
 SEQUENTIAL_BATCH = 256
@@ -201,6 +203,10 @@ def plan_chunks(
         size = min(max(size, low), high)
     size = max(1, size)
     chunks = math.ceil(items / size)
+    if chunks > workers and chunks % workers:  # a last round with idle workers: even it out
+        chunks += workers - chunks % workers
+        size = max(1, math.ceil(items / chunks))
+        chunks = math.ceil(items / size)
     per = f" ≈ {_fmt_seconds(size * est)} each" if est else ""
     return ChunkPlan(
         items,
@@ -280,28 +286,6 @@ def _make_pool(workers: int, name: str) -> cf.Executor:
 
 
 # -- the parent side ------------------------------------------------------------------
-
-
-class _Metrics:
-    __slots__ = ("completed", "cpu", "duration", "failed", "in_flight")
-
-    def __init__(self, registry: Registry, unit: str) -> None:
-        labels = (unit, MODEL)
-        self.in_flight: Gauge = registry.gauge(
-            names.UNIT_IN_FLIGHT, "Units running now", ("unit", "model")
-        ).labels(*labels)
-        self.completed: Counter = registry.counter(
-            names.UNIT_COMPLETED, "Units completed", ("unit", "model")
-        ).labels(*labels)
-        self.failed: Counter = registry.counter(
-            names.UNIT_FAILED, "Units that raised", ("unit", "model")
-        ).labels(*labels)
-        self.duration: Histogram = registry.histogram(
-            names.UNIT_DURATION, "Seconds per unit", ("unit", "model")
-        ).labels(*labels)
-        self.cpu: Gauge = registry.gauge(
-            names.CPU_UTILISATION, "Fraction of the workers' cores kept busy", ("unit",)
-        ).labels(unit)
 
 
 _progress_lock = threading.Lock()
@@ -392,7 +376,12 @@ class ParallelExecutor:
         self.workers = workers or default_workers()
         self.name = name
         self.metrics = metrics if metrics is not None else Registry()
-        self._m = _Metrics(self.metrics, name)
+        self._in_chunks = 0  # items in dispatched, unfinished chunks
+        # Items are counted in bulk (completed/failed), durations are whole runs.
+        self._m = UnitMetrics(self.metrics, name, MODEL, in_flight=lambda: float(self._in_chunks))
+        self._cpu = self.metrics.gauge(
+            names.CPU_UTILISATION, "Fraction of the workers' cores kept busy", ("unit",)
+        ).labels(name)
         self._pool: cf.Executor | None = None
         self._lock = threading.Lock()
         self.plans: deque[ChunkPlan] = deque(maxlen=32)
@@ -412,6 +401,7 @@ class ParallelExecutor:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self._m.flush()
 
     # -- one run ----------------------------------------------------------------
 
@@ -469,7 +459,7 @@ class ParallelExecutor:
             wall = time.perf_counter() - started
             self._m.duration.observe(wall)
             if plan.mode == "processes" and wall > 0:
-                self._m.cpu.set(min(1.0, run.cpu / (wall * self.workers)))
+                self._cpu.set(min(1.0, run.cpu / (wall * self.workers)))
         return self._merge(run, plan, errors)
 
     def _record(self, run: _Run, index: int, error: BaseException, where: str = "in the caller") -> None:
@@ -571,7 +561,7 @@ class ParallelExecutor:
                     lo, hi = bounds[next_chunk]
                     future = pool.submit(_run_chunk, fn, lo, self._payload(data, lo, hi), kw)
                     pending[future] = (next_chunk, lo, hi)
-                    self._m.in_flight.inc(hi - lo)
+                    self._in_chunks += hi - lo
                     next_chunk += 1
                 self._check_stop(run, done_items)
                 deadline = run.deadline
@@ -579,14 +569,14 @@ class ParallelExecutor:
                 finished, _ = cf.wait(pending, wait, return_when=cf.FIRST_COMPLETED)
                 for future in finished:
                     number, lo, hi = pending.pop(future)
-                    self._m.in_flight.dec(hi - lo)
+                    self._in_chunks -= hi - lo
                     self._collect(future, run, number, lo, hi)
                     done_items += hi - lo
                     bar.advance(hi - lo)
         finally:
             for future, (_, lo, hi) in pending.items():
                 if future.cancel():
-                    self._m.in_flight.dec(hi - lo)
+                    self._in_chunks -= hi - lo
 
     def _collect(self, future: cf.Future[Any], run: _Run, number: int, lo: int, hi: int) -> None:
         try:
@@ -727,16 +717,7 @@ class ParallelRunner:
         yield from self.executor.map(self.spec.fn, iterable, est=self.spec.traits.est, timeout=timeout)
 
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
-        if (
-            options.key is not None
-            or options.delay is not None
-            or options.eta is not None
-            or options.priority
-        ):
-            raise SubmitError(
-                f"unit {self.spec.name!r}: key/delay/eta/priority need a durable queue, but this unit runs "
-                "in-process (parallel). Fix: declare it durable=True, or drop them"
-            )
+        check_in_process_options(self.spec.name, MODEL, options)
         self._data(args)
         if self._closed:
             raise SubmitError(
@@ -770,7 +751,7 @@ class ParallelRunner:
                 self._slots.release()
 
         threading.Thread(target=work, name=f"foundry-{self.spec.name}-parallel", daemon=True).start()
-        return Handle(new_id("par"), self.spec.name, source)
+        return Handle(_new_id(), self.spec.name, source)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         import asyncio

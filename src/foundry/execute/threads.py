@@ -55,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import heapq
-import os
 import queue
 import threading
 import time
@@ -72,7 +71,7 @@ from foundry.errors import (
     WorkTimeoutError,
 )
 from foundry.execute._task import CANCELLED, QUEUED, RUNNING, SUCCEEDED, Task
-from foundry.execute.instrument import IdMaker, PoolGauges, UnitMetrics, check_in_process_options
+from foundry.execute.instrument import IdMaker, PoolGauges, UnitMetrics, check_in_process_options, usable_cpus
 from foundry.handle import Handle
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
@@ -85,7 +84,7 @@ PENDING_PER_WORKER = 4
 
 
 def default_workers(bound: str | None) -> int:
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     return cpus if bound == "cpu" else min(32, cpus + 4)
 
 

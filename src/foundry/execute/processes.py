@@ -1,0 +1,975 @@
+"""``processes``: child processes with crash containment.
+
+::
+
+    @app.work(isolate=True, timeout="30s", max_pending=64)
+    def render(doc_id: str) -> bytes: ...      # a segfault here fails this call only
+
+    handle = render.submit("doc-7")
+    handle.result(timeout=60)   # ChildCrashedError(exitcode=-11, signal_name="SIGSEGV") if it crashed
+
+A small pool of its own over ``multiprocessing`` (the ``forkserver`` start method on
+Linux, ``spawn`` elsewhere: ``fork`` is unsafe in a process that has threads), with one
+duplex pipe per child, so the parent always knows which unit each child is running:
+
+- **Crash containment.** A child that dies (a segfault, ``os._exit``, the OOM killer)
+  fails only the unit it was running, with :class:`~foundry.errors.ChildCrashedError`
+  carrying the exit code (``-11``) and the signal's name (``"SIGSEGV"``). Units that
+  were handed to it but had not started go back to the queue (children run their
+  units one at a time, in order, so "which one was running" is exact). The pool starts
+  a replacement and counts ``foundry_child_exits_total{code}`` and
+  ``foundry_child_restarts_total``. Other children's work is not touched.
+- **Timeouts kill.** A unit past its ``timeout`` (from when its child started it) fails
+  with :class:`~foundry.errors.WorkTimeoutError`; its child gets ``SIGTERM``, then
+  ``SIGKILL`` after a grace, and is replaced. Cancelling a running unit does the same
+  with :class:`~foundry.errors.CancelledError`; a queued unit is dropped before it runs.
+- **Recycling.** ``max_tasks_per_child`` (constructor, default unlimited) replaces a
+  child after that many units: the remedy for native leaks.
+- **No orphans.** Each child sets ``PR_SET_PDEATHSIG=SIGKILL`` (Linux) and runs a
+  thread that exits the process when its lifeline pipe from the parent closes, so
+  children die with the parent even when the parent is killed with SIGKILL. Children
+  are started from the pool's own long-lived thread (the death signal follows the
+  thread that forked, not the process).
+- **What can be carried.** The function is sent by reference (module + qualified
+  name; a ``@app.work`` unit is resolved to its function in the child), so it must be
+  importable: a lambda, a closure, or a function defined in ``python -c`` fails at
+  submit time with :class:`~foundry.errors.SubmitError`, as do arguments that cannot be
+  pickled (the error names the unit and the value). Results that cannot be pickled
+  fail their own handle.
+- **Throughput.** Submitters write to an idle child's pipe themselves (no thread hop);
+  when every child is busy and units are short (measured), a few units are handed
+  ahead to each child in one message. A child is never handed a unit ahead while the
+  unit has a timeout or is long, so timeouts and cancellation stay exact; for short
+  units, cancelling one that was handed ahead drops it in the child before it starts
+  unless the child reached it in the same instant.
+
+Guarantees: each accepted unit runs at most once (a unit that was running when its
+child died is failed, never re-run) and its handle resolves exactly once; one unit's
+crash never discards another's result. Nothing is persisted: if the parent dies, its
+queue and its children's work die with it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import itertools
+import logging
+import multiprocessing
+import multiprocessing.connection as mpc
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from foundry.errors import (
+    CancelledError,
+    ChildCrashedError,
+    OverloadError,
+    SubmitError,
+    WorkTimeoutError,
+)
+from foundry.execute._task import QUEUED, RUNNING, SUCCEEDED, Task
+from foundry.execute.instrument import (
+    IdMaker,
+    PoolGauges,
+    UnitMetrics,
+    check_in_process_options,
+    describe,
+    usable_cpus,
+)
+from foundry.handle import Handle
+from foundry.observe import names
+from foundry.observe.metrics import Registry
+from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
+from foundry.serialize import decode_error, encode_error
+
+__all__ = ["ProcessPool", "ProcessRunner", "make_runner", "resolve_target"]
+
+log = logging.getLogger("foundry.execute")
+
+MODEL = "processes"
+KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
+PENDING_PER_WORKER = 4
+DEFAULT_BLOCK_TIMEOUT = 30.0
+AHEAD_MAX = 8  # units handed ahead to a busy child, at most
+AHEAD_BYTES = 32 * 1024  # ... and at most this many bytes of arguments (a pipe holds more)
+SHORT = 0.002  # a unit is "short" (may be handed ahead) below this many seconds
+PICKLE = pickle.HIGHEST_PROTOCOL
+
+_OK, _ERROR, _ERROR_RECORD, _SKIPPED = range(4)
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+# -- what the child runs -----------------------------------------------------------------------
+
+
+def resolve_target(module: str, qualname: str) -> Callable[..., Any]:
+    """Import ``module`` and walk ``qualname``; a ``@app.work`` unit gives its function."""
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if type(target).__name__ == "WorkUnit" and type(target).__module__ == "foundry.units":
+        target = target.fn
+    if not callable(target):
+        raise TypeError(f"{module}.{qualname} is {type(target).__name__}, not a function")
+    return target  # type: ignore[no-any-return]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: SIGKILL this process when the thread that forked it dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_lifeline(lifeline: mpc.Connection) -> None:  # pragma: no cover - runs in the child
+    """Exit the child as soon as the parent's end of the lifeline closes (it died)."""
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(70)
+
+
+def _portable(error: BaseException) -> tuple[int, Any]:
+    """The exception itself when it pickles (with the child's traceback as a note), else
+    a JSON record that the parent rebuilds as the original type or a RemoteError."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        error.add_note(f"--- raised in child pid {os.getpid()} ---\n{text}")
+        pickle.loads(pickle.dumps(error, PICKLE))
+    except Exception:
+        return _ERROR_RECORD, encode_error(error)
+    return _ERROR, error
+
+
+def child_main(
+    conn: mpc.Connection, lifeline: mpc.Connection, unit: str, module: str, qualname: str
+) -> None:  # pragma: no cover - runs in the child (covered by the tests, in another process)
+    """The child's loop: resolve the function, then run units in the order received."""
+    _die_with_parent()
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), name="foundry-lifeline", daemon=True).start()
+    try:
+        fn = resolve_target(module, qualname)
+    except BaseException as exc:
+        conn.send_bytes(pickle.dumps(("fatal", encode_error(exc)), PICKLE))
+        return
+    conn.send_bytes(pickle.dumps(("ready", os.getpid()), PICKLE))
+    work: deque[tuple[int, bytes]] = deque()
+    skips: set[int] = set()
+    send, recv, poll = conn.send_bytes, conn.recv_bytes, conn.poll
+    perf = time.perf_counter
+
+    def take(message: Any) -> bool:
+        kind = message[0]
+        if kind == "run":
+            work.extend(message[1])
+        elif kind == "skip":
+            skips.add(message[1])
+        elif kind == "stop":
+            return False
+        return True
+
+    while True:
+        try:
+            if not work and not take(pickle.loads(recv())):
+                return
+            while poll():
+                if not take(pickle.loads(recv())):
+                    return
+        except (EOFError, OSError):
+            return
+        if not work:
+            continue
+        tid, payload = work.popleft()
+        if tid in skips:
+            skips.discard(tid)
+            send(pickle.dumps((tid, _SKIPPED, None, 0.0), PICKLE))
+            continue
+        started = perf()
+        try:
+            args, kwargs = pickle.loads(payload)
+            value = fn(*args, **kwargs)
+        except BaseException as exc:
+            kind, data = _portable(exc)
+            message = (tid, kind, data, perf() - started)
+        else:
+            message = (tid, _OK, value, perf() - started)
+        del payload
+        try:
+            blob = pickle.dumps(message, PICKLE)
+        except Exception as exc:
+            blob = pickle.dumps(
+                (
+                    tid,
+                    _ERROR_RECORD,
+                    encode_error(
+                        SubmitError(
+                            f"unit {unit!r}: its result cannot be pickled back to the parent "
+                            f"({type(exc).__name__}: {exc}). Fix: return plain data"
+                        )
+                    ),
+                    message[3],
+                ),
+                PICKLE,
+            )
+        try:
+            send(blob)
+        except (EOFError, OSError):
+            return
+
+
+# -- the parent side ------------------------------------------------------------------------------
+
+
+class ProcTask(Task):
+    """A unit for a child process: its pickled arguments and where it is."""
+
+    __slots__ = ("ahead", "child", "number", "payload", "sent", "size")
+
+    def __init__(self, owner: ProcessPool, number: int, payload: bytes, timeout: float | None) -> None:
+        super().__init__(owner, _never, (), {}, timeout)
+        self.number = number
+        self.payload = payload
+        self.size = len(payload)
+        self.child: _Child | None = None
+        self.sent = False
+        self.ahead = False
+
+
+def _never(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - a ProcTask runs in a child
+    raise AssertionError("a process unit runs in its child")
+
+
+@dataclass(eq=False)
+class _Child:
+    process: Any
+    conn: mpc.Connection
+    lifeline: mpc.Connection
+    started_at: float
+    ready: bool = False
+    pid: int = 0
+    inflight: deque[ProcTask] = field(default_factory=deque)
+    head_since: float = 0.0  # when the first unit of ``inflight`` started
+    handed: int = 0  # units handed in its lifetime
+    ahead_bytes: int = 0
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+    outbox: list[ProcTask] = field(default_factory=list)  # assigned, not yet written to its pipe
+    kill_reason: str | None = None  # "timeout", "cancelled", "recycled", "closing"
+    kill_at: float = 0.0
+    stopping: bool = False
+
+
+class ProcessPool:
+    """A crash-contained pool of child processes running one function (module doc)."""
+
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        qualname: str,
+        *,
+        workers: int | None = None,
+        max_pending: int | None = None,
+        overflow: Literal["block", "reject", "caller_runs"] = "block",
+        block_timeout: float = DEFAULT_BLOCK_TIMEOUT,
+        max_tasks_per_child: int | None = None,
+        timeout: float | None = None,
+        short: bool | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.name = name
+        self.module = module
+        self.qualname = qualname
+        self.workers = workers or usable_cpus()
+        self.max_pending = max_pending or PENDING_PER_WORKER * self.workers
+        self.overflow = overflow
+        self.block_timeout = block_timeout
+        self.max_tasks_per_child = max_tasks_per_child
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._pending: deque[ProcTask] = deque()
+        self._depth = 0  # pending and not cancelled
+        self._children: list[_Child] = []
+        self._numbers = itertools.count(1)
+        self._closed = False
+        self._fatal: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._avg = 0.0 if short is not False else 1.0  # EWMA of seconds per unit
+        self._ahead_ok = short is not False and timeout is None
+        self._crash_streak = 0
+        registry = registry if registry is not None else Registry()
+        self.metrics = UnitMetrics(registry, name, MODEL, in_flight=self._running_count)
+        self.gauges = PoolGauges(
+            registry,
+            name,
+            depth=lambda: float(self._depth),
+            oldest_age=self._oldest_age,
+            busy=self._running_count,
+        )
+        self._exits = registry.counter(
+            names.CHILD_EXITS, "Child process exits, by exit code", ("unit", "code")
+        )
+        self.restarts = registry.counter(names.CHILD_RESTARTS, "Child processes replaced", ("unit",)).labels(
+            name
+        )
+        _live_pools.add(self)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _running_count(self) -> float:
+        return float(sum(1 for c in self._children if c.inflight))
+
+    def _oldest_age(self) -> float:
+        now = time.perf_counter()
+        with self._lock:
+            for task in self._pending:
+                if task._state == QUEUED:
+                    return max(0.0, now - task.enqueued)
+        return 0.0
+
+    def pids(self) -> list[int]:
+        """Process ids of the live children (for tests and `foundry top`)."""
+        with self._lock:
+            return [c.pid for c in self._children if c.pid]
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None = None) -> ProcTask:
+        try:
+            payload = pickle.dumps((args, kwargs), PICKLE)
+        except Exception as exc:
+            raise SubmitError(
+                f"unit {self.name!r} runs in a child process, and its arguments cannot be pickled "
+                f"({type(exc).__name__}: {exc}; arguments {describe(args)}, {describe(kwargs)}). "
+                "Fix: pass plain data (ids, paths, numbers, dicts) and open live objects (files, "
+                "sockets, locks, connections) inside the function"
+            ) from exc
+        task = ProcTask(self, next(self._numbers), payload, timeout if timeout is not None else self.timeout)
+        if not self._accept(task):
+            self._overflow(task)
+        return task
+
+    def _accept(self, task: ProcTask) -> bool:
+        send: list[_Child] = []
+        with self._lock:
+            if self._closed:
+                raise SubmitError(
+                    f"unit {self.name!r}: its process pool is closed. Fix: submit before close()"
+                )
+            if self._fatal is not None:
+                raise SubmitError(f"unit {self.name!r}: its children cannot start: {self._fatal}")
+            if self._depth >= self.max_pending:
+                return False
+            self._depth += 1
+            task.enqueued = time.perf_counter()
+            self._pending.append(task)
+            if self._thread is None:
+                self._start_dispatcher()
+            else:
+                send = self._assign()
+        self._send_all(send)
+        return True
+
+    def _overflow(self, task: ProcTask) -> None:
+        if self.overflow == "reject":
+            self.gauges.rejected.inc()
+            raise OverloadError(
+                f"unit {self.name!r}: {self.max_pending} units already wait for {self.workers} child "
+                "processes (overflow='reject'). Fix: retry later, raise max_pending or workers"
+            )
+        if self.overflow == "caller_runs":
+            log.warning(
+                "unit %r: overflow='caller_runs' on the processes model blocks for room instead: running "
+                "isolated work in the caller would give up its isolation",
+                self.name,
+            )
+        deadline = time.monotonic() + self.block_timeout
+        while not self._accept(task):
+            with self._room:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.gauges.rejected.inc()
+                    raise OverloadError(
+                        f"unit {self.name!r}: the intake stayed full ({self.max_pending} waiting) for "
+                        f"{self.block_timeout}s with overflow='block'. Fix: add workers, raise "
+                        "max_pending, or slow the producer"
+                    )
+                if self._depth >= self.max_pending:
+                    self._room.wait(min(left, 0.5))
+
+    # -- assigning units to children (under the lock) -----------------------------------------
+
+    def _assign(self) -> list[_Child]:
+        """Under the lock: hand pending units to idle children, then (short units only)
+        a few ahead to busy ones. Returns the children to write to, outside the lock."""
+        out: list[_Child] = []
+        pending = self._pending
+        if not pending:
+            return out
+        ready = [c for c in self._children if c.ready and not c.stopping and c.kill_reason is None]
+        now = time.perf_counter()
+        for child in ready:
+            if not pending:
+                break
+            if not child.inflight and self._take(child, 1, now):
+                out.append(child)
+        if pending and self._ahead_ok and self._avg < SHORT:
+            share = max(1, min(AHEAD_MAX, len(pending) // max(1, len(ready))))
+            for child in ready:
+                if not pending:
+                    break
+                room = AHEAD_MAX - len(child.inflight)
+                timed = bool(child.inflight) and child.inflight[0].timeout is not None
+                if (
+                    room > 0
+                    and not timed
+                    and child.ahead_bytes < AHEAD_BYTES
+                    and self._take(child, min(room, share), now, ahead=True)
+                ):
+                    out.append(child)
+        return out
+
+    def _take(self, child: _Child, count: int, now: float, ahead: bool = False) -> int:
+        """Under the lock: move up to ``count`` pending units to ``child``. Units with a
+        timeout are never handed ahead (their clock must start when they start)."""
+        batch: list[ProcTask] = []
+        limit = self.max_tasks_per_child
+        while self._pending and len(batch) < count:
+            if limit is not None and child.handed >= limit:
+                break
+            task = self._pending[0]
+            if task._state != QUEUED:
+                self._pending.popleft()
+                continue
+            if ahead and task.timeout is not None:
+                break
+            self._pending.popleft()
+            self._depth -= 1
+            ahead = bool(child.inflight)
+            if not ahead:
+                child.head_since = now
+                task._state = RUNNING
+                task.started = now
+            else:
+                child.ahead_bytes += task.size
+            task.ahead = ahead
+            task.child = child
+            child.inflight.append(task)
+            child.outbox.append(task)
+            child.handed += 1
+            batch.append(task)
+        if batch:
+            self._room.notify()
+        return len(batch)
+
+    def _send_all(self, children: list[_Child]) -> None:
+        """Write each child's outbox to its pipe. Whoever holds the child's send lock
+        sends everything assigned so far, so units reach the child in assignment order."""
+        for child in children:
+            with child.send_lock:
+                with self._lock:
+                    batch, child.outbox = child.outbox, []
+                if not batch:
+                    continue
+                message = pickle.dumps(("run", [(t.number, t.payload) for t in batch]), PICKLE)
+                try:
+                    child.conn.send_bytes(message)
+                except OSError:  # the child died; its death handler requeues what was not sent
+                    continue
+                for task in batch:
+                    task.sent = True
+
+    # -- the dispatcher thread ---------------------------------------------------------------
+
+    def _start_dispatcher(self) -> None:
+        """Under the lock."""
+        self._thread = threading.Thread(target=self._dispatch, name=f"foundry-{self.name}-procs", daemon=True)
+        self._thread.start()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _spawn(self) -> _Child:
+        """On the dispatcher thread (so the children's death signal follows a thread that
+        lives as long as the pool)."""
+        ctx = _context()
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        life_read, life_write = ctx.Pipe(duplex=False)
+        process = ctx.Process(
+            target=child_main,
+            args=(child_end, life_read, self.name, self.module, self.qualname),
+            name=f"foundry-{self.name}",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()
+        life_read.close()
+        return _Child(process, parent_end, life_write, time.monotonic(), pid=process.pid or 0)
+
+    def _dispatch(self) -> None:
+        try:
+            for _ in range(self.workers):
+                child = self._spawn()
+                with self._lock:
+                    self._children.append(child)
+        except Exception as exc:
+            log.error("unit %r: cannot start child processes: %s", self.name, exc)
+            with self._lock:
+                self._fatal = exc
+                self._closed = True
+            self._fail_everything(
+                SubmitError(
+                    f"unit {self.name!r}: its child processes cannot start ({type(exc).__name__}: "
+                    f"{str(exc).strip()[:300]}). Fix: guard the main script with "
+                    "`if __name__ == '__main__':`, and check the function's module imports cleanly"
+                )
+            )
+            for child in list(self._children):
+                with contextlib.suppress(Exception):
+                    child.process.kill()
+            return
+        try:
+            while True:
+                with self._lock:
+                    if self._closed and not self._children:
+                        return
+                    children = list(self._children)
+                waitables: list[Any] = [self._wake_r]
+                for child in children:
+                    waitables.append(child.conn)
+                    waitables.append(child.process.sentinel)
+                ready = mpc.wait(waitables, self._next_deadline(children))
+                if self._wake_r in ready:
+                    with contextlib.suppress(OSError):
+                        os.read(self._wake_r, 4096)
+                for child in children:
+                    if child.conn in ready:
+                        self._drain(child)
+                    if child.process.sentinel in ready:
+                        self._drain(child)
+                        self._on_exit(child)
+                self._enforce_deadlines()
+                with self._lock:
+                    send = self._assign()
+                self._send_all(send)
+        except BaseException:  # pragma: no cover - a bug here must not hang every caller
+            log.exception("unit %r: the process pool's dispatcher failed", self.name)
+            self._fail_everything(SubmitError(f"unit {self.name!r}: the process pool's dispatcher failed"))
+            raise
+
+    def _next_deadline(self, children: list[_Child]) -> float | None:
+        now = time.perf_counter()
+        soonest: float | None = None
+        for child in children:
+            due: float | None = None
+            if child.kill_reason is not None:
+                due = child.kill_at
+            elif child.inflight and child.inflight[0].timeout is not None:
+                due = child.head_since + child.inflight[0].timeout
+            if due is not None:
+                soonest = due if soonest is None else min(soonest, due)
+        if soonest is None:
+            return 1.0 if self._closed else None
+        return max(0.0, soonest - now)
+
+    def _drain(self, child: _Child) -> None:
+        """Read every message the child has sent."""
+        try:
+            while child.conn.poll():
+                self._on_message(child, pickle.loads(child.conn.recv_bytes()))
+        except (EOFError, OSError):
+            pass  # it died; the sentinel reports it
+
+    def _on_message(self, child: _Child, message: tuple[Any, ...]) -> None:
+        if message[0] == "ready":
+            with self._lock:
+                child.ready = True
+                child.pid = message[1]
+                self._crash_streak = 0
+            return
+        if message[0] == "fatal":
+            error = decode_error(message[1])
+            log.error("unit %r: a child could not load its function: %s", self.name, error)
+            with self._lock:
+                self._fatal = error
+            self._fail_everything(
+                SubmitError(
+                    f"unit {self.name!r}: the child process could not import {self.module}.{self.qualname} "
+                    f"({error}). Fix: make the function importable by that name"
+                )
+            )
+            return
+        number, kind, data, seconds = message
+        now = time.perf_counter()
+        with self._lock:
+            if not child.inflight or child.inflight[0].number != number:  # pragma: no cover
+                log.error("unit %r: child %s answered out of order", self.name, child.pid)
+                return
+            task = child.inflight.popleft()
+            task.payload = b""
+            if child.inflight:  # the child moves on to the next unit it was handed
+                head = child.inflight[0]
+                if head.ahead:
+                    head.ahead = False
+                    child.ahead_bytes -= head.size
+                if head._state == QUEUED:
+                    head._state = RUNNING
+                    head.started = now
+                child.head_since = now
+            self._avg = seconds if self._avg == 0.0 else 0.8 * self._avg + 0.2 * seconds
+            if kind == _OK:
+                callbacks = task._settle(data, None)
+            elif kind == _SKIPPED:
+                callbacks = None
+            else:
+                error = data if kind == _ERROR else decode_error(data)
+                callbacks = task._settle(None, error)
+            retire = (
+                self.max_tasks_per_child is not None
+                and child.handed >= self.max_tasks_per_child
+                and not child.inflight
+            )
+            if retire:
+                child.stopping = True
+        if callbacks is not None:
+            if kind == _OK:
+                self.metrics.ok(seconds, now)
+            else:
+                self.metrics.fail(seconds)
+            for callback in callbacks:
+                callback()
+        if retire:
+            with child.send_lock, contextlib.suppress(OSError):
+                child.conn.send_bytes(pickle.dumps(("stop",), PICKLE))
+
+    def _on_exit(self, child: _Child) -> None:
+        """The child's process ended: settle its units, count, replace it."""
+        child.process.join(1.0)
+        code = child.process.exitcode
+        with child.send_lock, self._lock:  # (no send to it is half done)
+            if child not in self._children:
+                return
+            self._children.remove(child)
+            inflight = list(child.inflight)
+            child.inflight.clear()
+            child.outbox.clear()
+            reason = child.kill_reason
+            planned = child.stopping and not inflight
+            # The child ran its units one at a time, in order, and every answer it sent
+            # has been read: the first unit it was sent is the one it was running. The
+            # others never started: back to the front of the queue, in order.
+            requeue: list[ProcTask] = []
+            head: ProcTask | None = None
+            for task in inflight:
+                if head is None and task.sent:
+                    head = task  # whatever its state now, this is the one it was running
+                    continue
+                if task._state >= SUCCEEDED:  # cancelled (and told to skip) already
+                    continue
+                task._state = QUEUED
+                task.child = None
+                task.ahead = False
+                task.sent = False
+                requeue.append(task)
+            for task in reversed(requeue):
+                self._pending.appendleft(task)
+                self._depth += 1
+            if not planned and not reason:
+                self._crash_streak += 1
+        self._exits.labels(self.name, str(code)).inc()
+        if head is not None:
+            took = time.perf_counter() - child.head_since
+            if reason == "timeout":
+                error: BaseException = WorkTimeoutError(
+                    f"unit {self.name!r} ran {took:.3f}s, past its timeout of {head.timeout}s; its child "
+                    f"process (pid {child.pid}) was killed (exit code {code}) and replaced. Fix: raise "
+                    "timeout=, or make the work smaller"
+                )
+            elif reason in ("cancelled", "closing"):
+                error = CancelledError(f"unit {self.name!r}: cancelled while running; its child was killed")
+            else:
+                error = ChildCrashedError(self.name, code, _signal_name(code))
+            if head.finish(error=error):
+                self.metrics.fail(took)
+        with contextlib.suppress(OSError):
+            child.conn.close()
+        with contextlib.suppress(OSError):
+            child.lifeline.close()
+        with self._lock:
+            replace = not self._closed and self._fatal is None
+        if replace:
+            if self._crash_streak >= 3:  # crashing at start-up: don't spin
+                time.sleep(min(2.0, 0.1 * 2 ** min(self._crash_streak, 5)))
+            fresh = self._spawn()
+            with self._lock:
+                self._children.append(fresh)
+            self.restarts.inc()
+
+    # -- deadlines, cancellation, killing ------------------------------------------------------
+
+    def _enforce_deadlines(self) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            if child.kill_reason is not None:
+                if now >= child.kill_at and child.process.is_alive():
+                    with contextlib.suppress(Exception):
+                        child.process.kill()
+                    child.kill_at = now + 3600.0
+                continue
+            if not child.inflight:
+                continue
+            head = child.inflight[0]
+            if head.timeout is not None and now >= child.head_since + head.timeout:
+                self._kill(child, "timeout")
+
+    def _kill(self, child: _Child, reason: str) -> None:
+        """Terminate now, kill after the grace; the exit is handled as the child's death."""
+        child.kill_reason = reason
+        child.kill_at = time.perf_counter() + KILL_GRACE
+        with contextlib.suppress(Exception):
+            child.process.terminate()
+        self._wake()
+
+    def cancel_task(self, task: Task) -> bool:
+        assert isinstance(task, ProcTask)
+        with self._lock:
+            state = task._state
+            if state >= SUCCEEDED:
+                return False
+            child = task.child
+            if state == QUEUED and child is None:  # still in our queue: it will never start
+                self._depth -= 1
+                self._room.notify()
+                error = CancelledError(f"unit {self.name!r}: cancelled before it started")
+            elif state == QUEUED:  # handed ahead to a busy child: it will skip it
+                error = CancelledError(f"unit {self.name!r}: cancelled before it started")
+            else:  # running: its child is killed (and replaced)
+                error = CancelledError(f"unit {self.name!r}: cancelled while running; its child was killed")
+            callbacks = task._settle(None, error)
+        if child is not None:
+            if state == QUEUED:
+                with child.send_lock, contextlib.suppress(OSError):
+                    child.conn.send_bytes(pickle.dumps(("skip", task.number), PICKLE))
+            else:
+                self._kill(child, "cancelled")
+        for callback in callbacks or ():
+            callback()
+        return True
+
+    def _fail_everything(self, error: BaseException) -> None:
+        """The children cannot run this unit at all: fail what is queued and handed out."""
+        with self._lock:
+            tasks = [t for t in self._pending if t._state < SUCCEEDED]
+            for child in self._children:
+                tasks.extend(t for t in child.inflight if t._state < SUCCEEDED)
+            self._pending.clear()
+            self._depth = 0
+            self._room.notify_all()
+        for task in tasks:
+            task.finish(error=error)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the intake, let accepted units finish within ``timeout``, then cancel the
+        rest, stop the children (killing those still busy) and reap them."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._room.notify_all()
+            while self._depth or any(c.inflight for c in self._children):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._room.wait(min(left, 0.05))
+            leftovers = [t for t in self._pending if t._state == QUEUED]
+            children = list(self._children)
+        for task in leftovers:
+            self.cancel_task(task)
+        for child in children:
+            if child.inflight:
+                self._kill(child, "closing")
+            else:
+                child.stopping = True
+                with child.send_lock, contextlib.suppress(OSError):
+                    child.conn.send_bytes(pickle.dumps(("stop",), PICKLE))
+        thread = self._thread
+        if thread is not None:
+            self._wake()
+            thread.join(max(1.0, deadline - time.monotonic()) + KILL_GRACE)
+        for child in children:  # the dispatcher is gone or stuck: reap by hand
+            if child.process.is_alive():
+                with contextlib.suppress(Exception):
+                    child.process.kill()
+                child.process.join(1.0)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.metrics.close()
+        self.gauges.close()
+        _live_pools.discard(self)
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return None
+
+
+_live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for pool in list(_live_pools):
+        pool.close(timeout=10.0)
+
+
+# -- the runner ------------------------------------------------------------------------------------
+
+
+class ProcessRunner:
+    """Runs a ``processes`` unit on its own :class:`ProcessPool`."""
+
+    model = MODEL
+
+    def __init__(self, spec: UnitSpec, ctx: RuntimeContext) -> None:
+        traits = spec.traits
+        self.spec = spec
+        self.ctx = ctx
+        self.workers = traits.workers or traits.concurrency or usable_cpus()
+        self.map_window = 2 * self.workers + (traits.max_pending or PENDING_PER_WORKER * self.workers)
+        self.max_tasks_per_child: int | None = None
+        self._pool: ProcessPool | None = None
+        self._checked: SubmitError | Literal[False] | None = False
+        self._lock = threading.Lock()
+        self._ids = IdMaker("proc")
+
+    def _target(self) -> tuple[str, str]:
+        """Check once that the child can import the function; the error is cached."""
+        if self._checked is False:
+            self._checked = _importability_error(self.spec)
+        if self._checked is not None:
+            raise self._checked
+        return self.spec.module, self.spec.qualname
+
+    @property
+    def pool(self) -> ProcessPool:
+        with self._lock:
+            if self._pool is None:
+                module, qualname = self._target()
+                traits = self.spec.traits
+                self._pool = ProcessPool(
+                    self.spec.name,
+                    module,
+                    qualname,
+                    workers=self.workers,
+                    max_pending=traits.max_pending,
+                    overflow=traits.overflow,
+                    block_timeout=traits.latency if traits.latency is not None else DEFAULT_BLOCK_TIMEOUT,
+                    max_tasks_per_child=self.max_tasks_per_child,
+                    timeout=traits.timeout,
+                    short=None if traits.est is None else traits.est < SHORT,
+                    registry=self.ctx.metrics,
+                )
+            return self._pool
+
+    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        if options is not _NO_OPTIONS:
+            check_in_process_options(self.spec.name, MODEL, options)
+        self._target()
+        task = self.pool.submit(args, kwargs, options.timeout)
+        return Handle(self._ids(), self.spec.name, task)
+
+    async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        pool = self.pool
+        if pool._depth < pool.max_pending:
+            return self.submit(args, kwargs, options)
+        import asyncio
+
+        return await asyncio.to_thread(self.submit, args, kwargs, options)
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.submit(args, kwargs, _NO_OPTIONS).result()
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout)
+
+
+_NO_OPTIONS = SubmitOptions()
+
+
+def _importability_error(spec: UnitSpec) -> SubmitError | None:
+    """Why a child could not import ``spec.fn`` by module + qualified name (or None)."""
+    fix = (
+        "define the function at the top level of an importable module (not a lambda, not inside "
+        "another function, not in `python -c` or an interactive session)"
+    )
+    module, qualname = spec.module, spec.qualname
+    if not module or not qualname or "<" in qualname:
+        what = "a lambda" if "<lambda>" in qualname else "a nested function or closure"
+        return SubmitError(
+            f"unit {spec.name!r} runs in a child process, which finds its function by name, but "
+            f"{module or '?'}.{qualname or '?'} is {what}. Fix: {fix}"
+        )
+    if module == "__main__":
+        main = sys.modules.get("__main__")
+        if getattr(main, "__file__", None) is None:
+            return SubmitError(
+                f"unit {spec.name!r} runs in a child process, but its function {qualname} is defined in "
+                f"a __main__ that has no file (`python -c`, a notebook, the REPL), so a child cannot "
+                f"import it. Fix: {fix}"
+            )
+    try:
+        target = resolve_target(module, qualname)
+    except Exception as exc:
+        return SubmitError(
+            f"unit {spec.name!r}: a child process could not import {module}.{qualname} "
+            f"({type(exc).__name__}: {exc}). Fix: {fix}"
+        )
+    if target is not spec.fn and getattr(target, "__wrapped__", None) is not spec.fn:
+        return SubmitError(
+            f"unit {spec.name!r}: {module}.{qualname} names another object than this unit's function "
+            f"(it was redefined or shadowed). Fix: {fix}"
+        )
+    return None
+
+
+def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> ProcessRunner:
+    """The ``processes`` runner for ``spec``."""
+    return ProcessRunner(spec, ctx)
