@@ -75,6 +75,7 @@ _LIBRARY_DIRS = tuple(
         if (path := sysconfig.get_paths().get(key))
     }
 )
+_LOOP_MODULES = ("asyncio.", "uvloop")  # the loop's own frames: the task step is inside them
 _STALL_POLL = 0.004  # seconds between samples while the loop is blocked
 
 
@@ -240,7 +241,7 @@ def _is_user(module: str, filename: str) -> bool:
         return True
     if module == "__main__":
         return True
-    if module.startswith(_INFRA_MODULES):
+    if module.startswith(_INFRA_MODULES) or filename.startswith("<"):  # "<frozen runpy>"
         return False
     return not filename.startswith(_LIBRARY_DIRS)
 
@@ -392,14 +393,20 @@ class Watchdog:
             pass
         stack: list[FrameInfo] = []
         culprit: FrameInfo | None = None
+        outermost: str | None = None  # the outermost frame of your code: the task's real body
         unit: str | None = None
+        inside = True  # still inside the running callback/task step (not yet in the loop's frames)
         while frame is not None:
             code = frame.f_code
             module = str(frame.f_globals.get("__name__", ""))
             info = FrameInfo(code.co_name, code.co_filename, frame.f_lineno, module)
             stack.append(info)
-            if culprit is None and _is_user(module, code.co_filename):
-                culprit = info
+            if module.startswith(_LOOP_MODULES):
+                inside = False
+            if inside and _is_user(module, code.co_filename):
+                outermost = code.co_qualname
+                if culprit is None:
+                    culprit = info
             if unit is None and code in self._units:
                 unit = self._units[code][0]
             frame = frame.f_back
@@ -411,7 +418,7 @@ class Watchdog:
         if task is not None:
             task_name = task.get_name()
             coro = task.get_coro()
-            coroutine = getattr(coro, "__qualname__", None) or type(coro).__name__
+            coroutine = outermost or getattr(coro, "__qualname__", None) or type(coro).__name__
         return _Sample(time.monotonic(), task_name, coroutine, culprit, unit, tuple(reversed(stack)))
 
     def _emit(self, stall: _Stall, blocked_for: float, *, ongoing: bool) -> None:
