@@ -242,6 +242,8 @@ class Traits:
     overflow: Overflow = "block"
     max_pending: int | None = None
     """Bound on accepted-but-not-started work (the intake). ``None``: the runtime's default."""
+    max_tasks_per_child: int | None = None
+    """Processes: replace a child after this many units (native leaks). ``None``: never."""
     queue: str | None = None
     """Durable queue the unit's jobs go to (``None``: ``"default"``); workers serve queues."""
     codec: Literal["json", "pickle"] = "json"
@@ -289,7 +291,9 @@ _BOOL_FIELDS = frozenset(
         "waits_on_pool",
     }
 )
-_COUNT_FIELDS = frozenset({"concurrency", "stages", "consumers", "items", "max_pending", "workers"})
+_COUNT_FIELDS = frozenset(
+    {"concurrency", "stages", "consumers", "items", "max_pending", "workers", "max_tasks_per_child"}
+)
 _DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff"})
 
 
