@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,8 @@ def _effects(url: str) -> Counter[tuple[str, str]]:
     return Counter((str(r[0]), str(r[1])) for r in rows)
 
 
-def _worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+def _worker(url: str, log: Path, out: Path) -> subprocess.Popen[bytes]:
+    """A worker process; it prints one line on stdout once it is running."""
     env = {**os.environ, "FW_FAULT_LOG": str(log)}
     cmd = [
         sys.executable,
@@ -77,9 +79,23 @@ def _worker(url: str, log: Path) -> subprocess.Popen[bytes]:
         "0.05",
         "--concurrency",
         str(CONCURRENCY),
-        "--quiet",
     ]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    _wait_for(lambda: b"workflow worker" in out.read_bytes() or proc.poll() is not None)
+    assert proc.poll() is None, out.read_text()
+    return proc
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _ran_steps(log: Path, pid: int) -> bool:
+    return any(line.endswith(f" {pid}") for line in log.read_text().splitlines())
 
 
 @pytest.mark.slow
@@ -93,21 +109,26 @@ def test_sigkilled_workers_lose_nothing_and_repeat_no_completed_step(engine: str
     rt = configure(fault_app.app, journal=url)
     try:
         _create_effects_table(url)
-        # Given 100 orders accepted into the journal
-        handles = [fault_app.order.enqueue(n, id=f"order-{n:03d}") for n in range(1, WORKFLOWS + 1)]
-        # When worker B runs throughout and worker A is SIGKILLed mid-step five times
-        steady = _worker(url, log)
-        victim = _worker(url, log)
-        procs += [steady, victim]
+        # Given worker B running throughout, and worker A, which is SIGKILLed mid-step five
+        # times: each time a batch of orders arrives, A starts on it, and dies
+        steady = _worker(url, log, tmp_path / "steady.out")
+        procs.append(steady)
         killed_pids: set[int] = set()
         rng = random.Random(5)
-        for _ in range(KILLS):
-            time.sleep(rng.uniform(0.4, 0.9))
+        handles = []
+        batch = WORKFLOWS // KILLS
+        for cycle in range(KILLS):
+            victim = _worker(url, log, tmp_path / f"victim-{cycle}.out")
+            procs.append(victim)
+            first = cycle * batch + 1
+            handles += [fault_app.order.enqueue(n, id=f"order-{n:03d}") for n in range(first, first + batch)]
+            _wait_for(lambda pid=victim.pid: _ran_steps(log, pid))  # type: ignore[misc]
+            time.sleep(rng.uniform(0.0, 0.02))
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
             killed_pids.add(victim.pid)
-            victim = _worker(url, log)
-            procs.append(victim)
+        victim = _worker(url, log, tmp_path / "victim-last.out")
+        procs.append(victim)
         # Then every caller sees its workflow's outcome
         outcomes = {}
         for h in handles:
@@ -164,8 +185,6 @@ def test_sigkilled_workers_lose_nothing_and_repeat_no_completed_step(engine: str
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
-            if p.stderr is not None:
-                p.stderr.close()
         rt.close()
         os.environ.pop("FW_FAULT_LOG", None)
         if schema is not None:
