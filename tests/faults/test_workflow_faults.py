@@ -122,7 +122,7 @@ def test_sigkilled_workers_lose_nothing_and_repeat_no_completed_step(engine: str
             procs.append(victim)
             first = cycle * batch + 1
             handles += [fault_app.order.enqueue(n, id=f"order-{n:03d}") for n in range(first, first + batch)]
-            _wait_for(lambda pid=victim.pid: _ran_steps(log, pid))  # type: ignore[misc]
+            _wait_for(lambda pid=victim.pid: _ran_steps(log, pid))
             time.sleep(rng.uniform(0.0, 0.02))
             victim.send_signal(signal.SIGKILL)
             victim.wait(10)
