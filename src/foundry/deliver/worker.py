@@ -100,6 +100,7 @@ class _Job:
     queue: _QueueLoop
     lost: bool = False  # its outcome is written or no longer ours to write (released, timed out)
     stale: bool = False  # a heartbeat found the token stale: stop extending, still try to complete
+    acking: bool = False  # finished; its completion waits for the ack thread (still held, still leased)
     started: float | None = None
     child: BaseProcess | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -199,6 +200,7 @@ class _QueueLoop:
         meanwhile (one transaction where the engine has ``complete_many``). A job whose
         completion is not written yet is still leased to us: if we die first, it is
         redelivered — at-least-once, never lost."""
+        job.acking = True
         with self.ack_cond:
             self.acks.append((job, data, model))
             self.ack_cond.notify()
@@ -222,6 +224,7 @@ class _QueueLoop:
             else:
                 results = [w.persist("completion", functools.partial(w.backend.complete, *i)) for i in items]
             for (job, _, model), ok in zip(batch, results, strict=True):
+                self.done(job)
                 w.acked(job, model, ok)
             with self.ack_cond:
                 self.acking = 0
@@ -264,9 +267,14 @@ class _QueueLoop:
             except BaseException:  # pragma: no cover - execute() records every outcome itself
                 log.exception("worker %s: job %s crashed the runner", w.name, job.claimed.id)
             finally:
-                with self.cond:
-                    self.held.pop(job.claimed.id, None)
-                    self.cond.notify()
+                if not job.acking:
+                    self.done(job)
+
+    def done(self, job: _Job) -> None:
+        """The job no longer counts against prefetch."""
+        with self.cond:
+            self.held.pop(job.claimed.id, None)
+            self.cond.notify()
 
     def give_back_waiting(self) -> None:
         """Release the jobs claimed but not started (graceful stop)."""
@@ -461,8 +469,12 @@ class Worker:
 
     def _heartbeat(self) -> None:
         every = max(0.05, self.lease / 3.0)
-        while not self.hard.wait(every):
+        last = time.monotonic()
+        while not self.hard.wait(min(every, 0.05)):  # timeouts are checked often, leases every lease/3
             now = time.monotonic()
+            beat = now - last >= every
+            if beat:
+                last = now
             for loop in self.loops:
                 with loop.cond:
                     jobs = list(loop.held.values())
@@ -472,6 +484,8 @@ class Worker:
                         continue
                     if c.timeout is not None and job.started is not None and now - job.started > c.timeout:
                         self._time_out(job)
+                        continue
+                    if not beat:
                         continue
                     try:
                         alive = self.backend.heartbeat(c.id, c.token, lease=self.lease)

@@ -1,0 +1,429 @@
+"""The queue delivery model end to end: submit → worker → result, in one process and
+across processes; retries, idempotency, cancel, bad input, timeouts, isolation,
+prefetch and graceful stop. SQLite unless a test says otherwise (the engines' own
+clauses are the conformance suite's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from foundry import Foundry
+from foundry.backends.queue import JobStatus, NewJob, open_queue_backend
+from foundry.deliver.worker import JobEvent, Worker
+from foundry.errors import (
+    CancelledError,
+    ChildCrashedError,
+    ConfigError,
+    DeadLetteredError,
+    PayloadTooLargeError,
+    RemoteError,
+    SubmitError,
+    WorkTimeoutError,
+)
+from foundry.observe import names
+from tests.backends.queue.engines import ENGINES, drop_schema, engine_url
+from tests.deliver import queue_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Env:
+    """An app on a private queue, with in-process workers that stop at the end."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.app = queue_app.make_app(url, name=f"qt-{uuid.uuid4().hex[:6]}")
+        self.events: list[JobEvent] = []
+        self._workers: list[Worker] = []
+
+    def unit(self, name: str) -> Any:
+        return self.app.units[name]
+
+    def worker(self, **options: Any) -> Worker:
+        settings: dict[str, Any] = {
+            "concurrency": 4,
+            "lease": 5.0,
+            "poll": 0.2,
+            "on_event": self.events.append,
+        }
+        settings.update(options)
+        w = Worker(self.app, **settings).start()
+        self._workers.append(w)
+        return w
+
+    def kinds(self, job_id: str) -> list[str]:
+        return [e.kind for e in self.events if e.job_id == job_id]
+
+    def close(self) -> None:
+        for w in self._workers:
+            w.stop(2.0)
+        self.app.close()
+
+
+@pytest.fixture
+def make_env(tmp_path: Path) -> Iterator[Callable[[str], Env]]:
+    envs: list[Env] = []
+
+    def make(engine: str = "sqlite") -> Env:
+        env = Env(engine_url(engine, tmp_path))
+        envs.append(env)
+        return env
+
+    try:
+        yield make
+    finally:
+        for env in envs:
+            env.close()
+            drop_schema(env.url)
+
+
+@pytest.fixture
+def env(make_env: Callable[[str], Env]) -> Env:
+    return make_env("sqlite")
+
+
+# -- submit, run, result --------------------------------------------------------------
+
+
+def test_submit_runs_on_a_worker_and_the_result_comes_back(env: Env) -> None:
+    env.worker()
+    handle = env.unit("add").submit(2, 3)
+    assert handle.result(timeout=30) == 5
+    assert handle.done()
+    assert handle.status.value == "succeeded"
+    assert env.unit("async_add").submit(4, 5).result(timeout=30) == 9
+    assert env.unit("add")(10, 20) == 30  # call() submits and waits
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_worker_process_runs_jobs_and_another_process_reads_the_results(
+    make_env: Callable[[str], Env], engine: str
+) -> None:
+    # Given jobs submitted here and a worker in another process
+    env = make_env(engine)
+    handles = [env.unit("add").submit(i, i) for i in range(20)]
+    worker = subprocess.run(
+        [sys.executable, "-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--burst", "-q"],
+        cwd=ROOT,
+        env={**os.environ, "FOUNDRY_QUEUE": env.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 0, worker.stderr
+    # Then the submitter sees every result, and so does a third process holding only the id
+    assert [h.result(timeout=30) for h in handles] == [2 * i for i in range(20)]
+    reader = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.deliver.queue_app import app; "
+            "print(app.job(sys.argv[1]).result(timeout=30)); app.close()",
+            handles[7].id,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "FOUNDRY_QUEUE": env.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert reader.returncode == 0, reader.stderr
+    assert reader.stdout.strip() == "14"
+
+
+def test_app_job_rebuilds_a_handle_from_an_id(env: Env) -> None:
+    env.worker()
+    handle = env.unit("add").submit(1, 1)
+    other = Foundry("another-process", queue=env.url)
+    try:
+        again = other.job(handle.id)
+        assert again.unit == "add"
+        assert again.result(timeout=30) == 2
+        with pytest.raises(Exception, match="no job"):
+            other.job("no-such-job")
+    finally:
+        other.close()
+
+
+# -- retries ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_failures_are_retried_with_backoff_until_success(make_env: Callable[[str], Env], engine: str) -> None:
+    env = make_env(engine)
+    env.worker()
+    key = uuid.uuid4().hex
+    handle = env.unit("flaky").submit(key, 2)
+    assert handle.result(timeout=30) == f"{key} after 3"
+    assert env.kinds(handle.id) == ["started", "retry", "started", "retry", "started", "succeeded"]
+    backend = open_queue_backend(env.url)
+    try:
+        state = backend.get(handle.id)
+    finally:
+        backend.close()
+    assert state is not None
+    assert (state.status, state.attempts, state.deliveries) == (JobStatus.SUCCEEDED, 2, 3)
+    assert env.app.metrics.value(names.JOB_RETRIES, unit="flaky") == 2
+
+
+def test_retries_exhausted_fail_with_the_original_exception(env: Env) -> None:
+    env.worker()
+    key = uuid.uuid4().hex
+    handle = env.unit("flaky").submit(key, 10)
+    with pytest.raises(queue_app.Flaky, match="attempt 4") as info:
+        handle.result(timeout=30)
+    assert "remote traceback" in "".join(getattr(info.value, "__notes__", []))
+    assert handle.status.value == "failed"
+    assert env.kinds(handle.id).count("retry") == 3
+    assert env.app.metrics.value(names.UNIT_FAILED, unit="flaky") == 1
+
+
+def test_retry_on_filters_which_failures_are_retried(env: Env) -> None:
+    env.worker()
+    value, conn = env.unit("picky").submit("value"), env.unit("picky").submit("conn")
+    with pytest.raises(ValueError, match="not retried"):
+        value.result(timeout=30)
+    with pytest.raises(queue_app.Flaky):
+        conn.result(timeout=30)
+    assert env.kinds(value.id).count("retry") == 0
+    assert env.kinds(conn.id).count("retry") == 2
+
+
+# -- idempotency, delay, cancel, priorities --------------------------------------------------------
+
+
+def test_an_idempotency_key_returns_the_same_job(env: Env) -> None:
+    add = env.unit("add")
+    first = add.options(key="order-42").submit(1, 2)
+    second = add.options(key="order-42").submit(100, 200)
+    assert second.id == first.id
+    env.worker()
+    assert second.result(timeout=30) == 3
+
+
+def test_an_idempotent_unit_derives_its_key_from_its_arguments(env: Env) -> None:
+    idem = env.unit("idem_add")
+    a, b, c = idem.submit(1, 2), idem.submit(1, 2), idem.submit(2, 1)
+    assert a.id == b.id
+    assert c.id != a.id
+    env.worker()
+    assert (a.result(timeout=30), c.result(timeout=30)) == (3, 3)
+
+
+def test_cancel_a_delayed_job_and_it_never_runs(env: Env) -> None:
+    env.worker()
+    handle = env.unit("add").options(delay="2s").submit(1, 1)
+    assert handle.status.value == "queued"
+    assert handle.cancel()
+    assert handle.status.value == "cancelled"
+    with pytest.raises(CancelledError):
+        handle.result(timeout=5)
+    assert env.unit("add").submit(2, 2).result(timeout=30) == 4
+    assert env.kinds(handle.id) == []
+
+
+def test_priority_and_eta_are_kept_in_the_store(env: Env) -> None:
+    add = env.unit("add")
+    eta = time.time() + 60
+    later = add.options(eta=eta, priority=7).submit(1, 1)
+    backend = open_queue_backend(env.url)
+    try:
+        state = backend.get(later.id)
+    finally:
+        backend.close()
+    assert state is not None
+    assert state.priority == 7
+    assert state.eta == pytest.approx(eta)
+    with pytest.raises(SubmitError, match="not both"):
+        add.options(eta=eta, delay="1s").submit(1, 1)
+
+
+# -- bad input: a clear error, or a dead letter with the reason; nothing else disturbed ----------------
+
+
+def test_unknown_unit_and_undecodable_payload_are_dead_lettered(env: Env) -> None:
+    backend = open_queue_backend(env.url)
+    try:
+        backend.enqueue(
+            NewJob(id="ghost-1", queue="default", unit="ghost", payload=b'{"args":[],"kwargs":{}}')
+        )
+        backend.enqueue(NewJob(id="garbled-1", queue="default", unit="add", payload=b"\x00not json"))
+        backend.enqueue(NewJob(id="shape-1", queue="default", unit="add", payload=b'{"args": 5}'))
+        backend.enqueue(NewJob(id="pickled-1", queue="default", unit="add", payload=b"x", codec="pickle"))
+    finally:
+        backend.close()
+    good = env.unit("add").submit(3, 4)
+    env.worker()
+    assert good.result(timeout=30) == 7  # nothing else disturbed
+    reasons = {}
+    for job_id in ("ghost-1", "garbled-1", "shape-1", "pickled-1"):
+        with pytest.raises(DeadLetteredError) as info:
+            env.app.job(job_id).result(timeout=30)
+        reasons[job_id] = info.value.reason
+    assert "unknown unit 'ghost'" in reasons["ghost-1"]
+    assert "undecodable payload" in reasons["garbled-1"]
+    assert "undecodable payload" in reasons["shape-1"]
+    assert "pickle" in reasons["pickled-1"]
+    assert env.app.metrics.value(names.JOB_DEAD, unit="ghost") == 1
+
+
+def test_oversized_and_unencodable_arguments_are_refused_at_submit(env: Env) -> None:
+    with pytest.raises(PayloadTooLargeError, match="max_payload=1024"):
+        env.unit("small").submit("x" * 2000)
+    with pytest.raises(SubmitError, match="JSON"):
+        env.unit("add").submit(object(), 1)
+    backend = open_queue_backend(env.url)
+    try:
+        assert backend.stats("default").depth == 0  # nothing was enqueued
+    finally:
+        backend.close()
+    env.worker()
+    assert env.unit("small").submit("fits").result(timeout=30) == "fits"
+
+
+def test_a_result_that_cannot_be_encoded_fails_the_job_clearly(env: Env) -> None:
+    env.worker()
+    handle = env.unit("small").submit(None)
+    assert handle.result(timeout=30) is None
+    app = env.app
+    unit = app.work(durable=True, name="returns_object")(queue_app.echo)
+    original = unit.fn
+    unit.fn = lambda value: object()  # type: ignore[method-assign]
+    try:
+        with pytest.raises((SubmitError, RemoteError), match="JSON"):
+            unit.submit(1).result(timeout=30)
+    finally:
+        unit.fn = original  # type: ignore[method-assign]
+
+
+def test_bad_urls_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="did you mean sqlite"):
+        Foundry("typo", queue="sqlte:///queue.db")
+    with pytest.raises(ConfigError, match="scheme"):
+        Foundry("typo", queue="localhost:6379")
+
+
+# -- execution models, timeouts, isolation -----------------------------------------------------------
+
+
+def test_an_isolated_unit_runs_in_a_child_and_a_crash_fails_only_that_job(env: Env) -> None:
+    env.worker()
+    pid = env.unit("where").submit().result(timeout=60)
+    assert pid != os.getpid()
+    crashed, fine = env.unit("crash").submit("kill"), env.unit("crash").submit("fine")
+    with pytest.raises((ChildCrashedError, RemoteError), match="SIGKILL"):
+        crashed.result(timeout=60)
+    assert fine.result(timeout=60) == "fine"
+
+
+def test_a_job_past_its_timeout_fails_with_work_timeout(env: Env) -> None:
+    env.worker()
+    handle = env.unit("sleepy").submit(1.5)
+    with pytest.raises(WorkTimeoutError, match="timeout"):
+        handle.result(timeout=30)
+    assert env.unit("sleepy").submit(0.01).result(timeout=30) == 0.01
+
+
+# -- prefetch, graceful stop, metrics -----------------------------------------------------------------
+
+
+def test_prefetch_one_holds_one_job_at_a_time(env: Env) -> None:
+    backend = open_queue_backend(env.url)
+    try:
+        handles = [env.unit("sleepy").submit(0.05) for _ in range(6)]
+        env.worker(concurrency=4, prefetch=1)
+        seen = []
+        while not all(h.done() for h in handles):
+            seen.append(backend.stats("default").running)
+        assert max(seen) <= 1
+        assert [h.result(timeout=30) for h in handles] == [0.05] * 6
+    finally:
+        backend.close()
+
+
+def test_graceful_stop_finishes_running_jobs_and_gives_back_the_rest(env: Env) -> None:
+    sleepy = env.unit("sleepy")
+    running = sleepy.submit(0.2)
+    waiting = [sleepy.submit(0.2) for _ in range(3)]
+    w = env.worker(concurrency=1, prefetch=4)
+    while not env.kinds(running.id):
+        time.sleep(0.01)
+    w.stop(grace=10)
+    assert running.result(timeout=5) == 0.2  # finished within the grace period
+    backend = open_queue_backend(env.url)
+    try:
+        states = [backend.get(h.id) for h in waiting]
+    finally:
+        backend.close()
+    assert all(s is not None and s.status is JobStatus.QUEUED and s.deliveries == 0 for s in states)
+    env.worker()
+    assert [h.result(timeout=30) for h in waiting] == [0.2] * 3
+
+
+def test_stop_without_grace_releases_a_running_job_for_immediate_redelivery(env: Env) -> None:
+    env.app.work(durable=True, name="long")(queue_app.sleepy)
+    handle = env.unit("long").submit(0.6)
+    w = env.worker(concurrency=1)
+    while not env.kinds(handle.id):
+        time.sleep(0.01)
+    w.stop(grace=0)
+    assert "released" in env.kinds(handle.id)
+    env.worker()
+    assert handle.result(timeout=30) == 0.6
+
+
+def test_metrics_cover_depth_age_and_outcomes(env: Env) -> None:
+    handles = [env.unit("add").submit(i, 1) for i in range(3)]
+    metrics = env.app.metrics
+    assert metrics.value(names.QUEUE_DEPTH, queue="default") == 3
+    assert metrics.value(names.QUEUE_OLDEST_AGE, queue="default") >= 0
+    env.worker()
+    for h in handles:
+        h.result(timeout=30)
+    assert metrics.value(names.UNIT_COMPLETED, unit="add") == 3
+    assert metrics.value(names.QUEUE_DEPTH, queue="default") == 0
+    text = metrics.prometheus()
+    for name in (names.QUEUE_DEPTH, names.QUEUE_OLDEST_AGE, names.UNIT_COMPLETED, names.UNIT_IN_FLIGHT):
+        assert name in text
+
+
+def test_jobs_cli_lists_shows_and_requeues_dead_letters(env: Env) -> None:
+    from foundry.cli import main
+
+    backend = open_queue_backend(env.url)
+    try:
+        backend.enqueue(
+            NewJob(id="ghost-2", queue="default", unit="ghost", payload=b'{"args":[],"kwargs":{}}')
+        )
+    finally:
+        backend.close()
+    w = env.worker()
+    while "dead" not in env.kinds("ghost-2"):
+        time.sleep(0.01)
+    w.stop()
+    assert main(["jobs", "dead", "--url", env.url, "--json"]) == 0
+    assert main(["jobs", "show", "ghost-2", "--url", env.url, "--json"]) == 0
+    assert main(["jobs", "requeue", "ghost-2", "--url", env.url]) == 0
+    assert main(["jobs", "requeue", "ghost-2", "--url", env.url]) == 1  # queued now, not dead
+    assert main(["jobs", "cancel", "ghost-2", "--url", env.url]) == 0
+    assert main(["jobs", "show", "nope", "--url", env.url]) == 1
+
+
+def test_jobs_cli_json_is_parseable(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    from foundry.cli import main
+
+    env.unit("add").submit(1, 2)
+    assert main(["jobs", "list", "--url", env.url, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["unit"] == "add"
+    assert rows[0]["status"] == "queued"
