@@ -245,6 +245,8 @@ class Foundry:
         queue_module = sys.modules.get("foundry.deliver.queue")
         if queue_module is not None:  # handles made by app.job() hold a connection
             queue_module.close_handles(self)
+        for decl in self.streams.values():  # their consumers and log connections
+            decl.close(timeout)
         for unit in self.units.values():
             unit._runner = None
 

@@ -30,6 +30,12 @@ JOB_DEAD = "foundry_job_dead_total"
 JOB_REDELIVERIES = "foundry_job_redeliveries_total"
 # Streams (labels: stream, group, partition)
 STREAM_CONSUMER_LAG = "foundry_stream_consumer_lag"
+STREAM_PUBLISHED = "foundry_stream_published_total"  # labels: stream
+STREAM_CONSUMED = "foundry_stream_consumed_total"  # labels: stream, group (the same below)
+STREAM_REDELIVERED = "foundry_stream_redelivered_total"
+STREAM_DEAD = "foundry_stream_dead_letters_total"
+STREAM_IN_FLIGHT = "foundry_stream_in_flight"
+STREAM_HANDLER_SECONDS = "foundry_stream_handler_seconds"
 # Workflows (labels: workflow, state)
 WORKFLOW_STEPS = "foundry_workflow_steps"
 WORKFLOW_COMPENSATIONS = "foundry_workflow_compensations_total"

@@ -28,6 +28,7 @@ from foundry.backends.stream.base import (
     StreamBackend,
     StreamConfig,
     StreamInfo,
+    check_name,
     partition_for,
 )
 from foundry.config import check_url
@@ -44,6 +45,7 @@ __all__ = [
     "StreamBackend",
     "StreamConfig",
     "StreamInfo",
+    "check_name",
     "open_stream_backend",
     "partition_for",
 ]
