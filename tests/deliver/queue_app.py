@@ -74,6 +74,11 @@ def record(i: int) -> int:
     return i * 2
 
 
+def record_slow(i: int) -> int:
+    time.sleep(0.05)
+    return record(i)
+
+
 def make_app(queue: str | None = None, name: str = "queue-tests") -> Foundry:
     app = Foundry(name, queue=queue)
     app.work(durable=True)(add)
@@ -86,6 +91,7 @@ def make_app(queue: str | None = None, name: str = "queue-tests") -> Foundry:
     app.work(durable=True, idempotent=True, name="idem_add")(add_copy)
     app.work(durable=True, max_payload="1KiB", name="small")(echo)
     app.work(durable=True, retries=5, backoff="10ms", name="record")(record)
+    app.work(durable=True, name="record_slow")(record_slow)
     return app
 
 

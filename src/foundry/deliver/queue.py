@@ -23,6 +23,7 @@ from typing import Any
 
 from foundry.backends.queue import JobState, JobStatus, NewJob, QueueBackend, open_queue_backend
 from foundry.errors import (
+    BackendUnavailableError,
     CancelledError,
     DeadLetteredError,
     NotFoundError,
@@ -120,9 +121,17 @@ class JobSource:
         if self._final is not None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.05
         while True:
             left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
-            state = self._backend.wait(self.id, max(0.0, left))
+            try:
+                state = self._backend.wait(self.id, max(0.0, left))
+            except BackendUnavailableError:  # a broker restart: keep waiting within the timeout
+                if deadline is not None and time.monotonic() + pause >= deadline:
+                    return False
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
             if state is None:
                 self._state()  # raises NotFoundError
             elif state.status in FINISHED:
