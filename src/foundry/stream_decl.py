@@ -17,7 +17,7 @@ The runtime (publish, consumer groups, offsets) lives in ``foundry.deliver.strea
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundry.errors import ConfigError, DeclarationError
 from foundry.traits import parse_duration, parse_size, traits_from_kwargs
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from foundry.deliver.stream import Consumers, Published, StreamRuntime
 
 __all__ = ["StreamDecl"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _STREAM_OPTIONS = frozenset({"retention", "max_events", "max_bytes", "dedup_window", "codec"})
 
@@ -136,8 +138,6 @@ class StreamDecl:
 
     def consumer(
         self,
-        fn: Callable[..., Any] | None = None,
-        /,
         *,
         group: str,
         start: str | int | float | Start = "beginning",
@@ -148,7 +148,7 @@ class StreamDecl:
         timeout: str | float | None = None,
         session: str | float = "10s",
         retry_backoff: str | float = "100ms",
-    ) -> Any:
+    ) -> Callable[[F], F]:
         """Declare the handler of consumer group ``group`` (it gets a
         :class:`~foundry.deliver.stream.StreamEvent`). A new group starts at
         ``start``: ``"beginning"``, ``"end"``, an offset (int) or a unix time (float)."""
@@ -175,7 +175,7 @@ class StreamDecl:
             retry_backoff=seconds("retry_backoff", retry_backoff),
         )
 
-        def register(target: Callable[..., Any]) -> Callable[..., Any]:
+        def register(target: F) -> F:
             if any(o.group == group for _, o in self._consumers):
                 raise DeclarationError(
                     self.name, "group", group, "already has a handler", "give each group one handler"
@@ -185,7 +185,7 @@ class StreamDecl:
                 self._runtime.add_group(target, options)
             return target
 
-        return register(fn) if fn is not None else register
+        return register
 
     @property
     def groups(self) -> list[str]:

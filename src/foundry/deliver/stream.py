@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import json
@@ -704,7 +705,7 @@ class _Consumer:
                     break
                 if attempt >= limit:
                     self._dead_letter(
-                        event,
+                        dataclasses.replace(event, deliveries=attempt),
                         f"handler {self.spec.name} raised {type(error).__name__}: {error} "
                         f"(attempt {attempt} of max_deliveries={limit})",
                         error,
@@ -788,6 +789,12 @@ class Idempotency:
             with self._lock:
                 self._conns.append(conn)
         return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A plain transaction on the same database (set-up, reports, resets)."""
+        with self._tx() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
