@@ -122,3 +122,17 @@ def test_the_demo_section_compensates_in_reverse_order(home: Path) -> None:
     assert "detach_ip then delete_vm" in text
     assert "undoes #2" in text
     assert "undoes #1" in text
+
+
+def test_purge_deletes_only_old_finished_workflows(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    url = env.journal.url
+    code, out, _ = cli(capsys, "purge", "--older-than", "36500d", "--journal", url)
+    assert code == 0
+    assert "purged 0" in out
+    code, out, _ = cli(capsys, "purge", "--older-than", "0s", "--journal", url)
+    assert "purged 1" in out  # "broke" finished; "waits" is still waiting
+    assert env.journal.get("broke") is None
+    assert env.journal.get("waits") is not None
+    code, _, err = cli(capsys, "purge", "--older-than", "soon", "--journal", url)
+    assert code == 1
+    assert "--older-than" in err

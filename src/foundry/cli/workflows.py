@@ -4,6 +4,7 @@
     foundry workflows show ID
     foundry workflows cancel ID
     foundry workflows signal ID NAME JSON
+    foundry workflows purge --older-than 7d
     foundry workflows worker MODULE[:APP] [--concurrency 8] [--lease 30]
 
 Every command but ``worker`` reads the journal only (``--journal URL``, else
@@ -72,6 +73,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("name")
     p.add_argument("payload", nargs="?", default="null", help="JSON (default: null)")
     p.set_defaults(func=_signal)
+
+    p = cmds.add_parser(
+        "purge", parents=[common], help="delete workflows that finished longer ago than --older-than"
+    )
+    p.add_argument("--older-than", required=True, help='e.g. "7d", "12h"')
+    p.set_defaults(func=_purge)
 
     p = cmds.add_parser(
         "worker", parents=[common], help="run the workflows of an app (module:app) until stopped"
@@ -413,6 +420,20 @@ def _signal(args: argparse.Namespace) -> int:
     finally:
         journal.close()
     print(f"signal {args.name!r} #{seq} delivered to the inbox of {args.id}")
+    return 0
+
+
+@reports_problems("workflows")
+def _purge(args: argparse.Namespace) -> int:
+    from foundry.traits import parse_duration
+
+    age = parse_duration(args.older_than, unit="workflows purge", field_name="--older-than")
+    journal = _open(args)
+    try:
+        removed = journal.purge(journal.clock.time() - age)
+    finally:
+        journal.close()
+    print(f"purged {removed} workflow(s) that finished more than {args.older_than} ago")
     return 0
 
 
