@@ -8,7 +8,6 @@ run's lease token in the same transaction (the fence).
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
@@ -45,7 +44,6 @@ CLAIM_COLS = (
 )
 ENTRY_COLS = "pos, kind, name, status, result, error, attempts, started_at, finished_at, wake_at, ref, detail"
 _ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE) + ")"
-FOREVER = math.inf
 # A final entry is written once per position; a waiting one may be replaced or resolved.
 ON_CONFLICT = (
     " ON CONFLICT (workflow_id, pos) DO UPDATE SET "
