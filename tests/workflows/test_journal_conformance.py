@@ -9,7 +9,7 @@ import pytest
 
 from foundry.backends.journal import JournalBackend, ManualClock, open_journal
 from foundry.backends.journal.base import Entry, NewWorkflow, WorkflowStatus
-from foundry.errors import LeaseLostError, NotFoundError, WorkflowFinishedError
+from foundry.errors import LeaseLostError, NotFoundError, SubmitError, WorkflowFinishedError
 
 LEASE = 10.0
 
@@ -318,3 +318,11 @@ def test_queries_and_purge(journal: JournalBackend, clock: ManualClock) -> None:
     assert journal.purge(clock.time()) == 1
     assert journal.get(done) is None
     assert journal.get(live) is not None
+
+
+def test_a_transactional_step_may_not_end_the_transaction_itself(journal: JournalBackend) -> None:
+    wid, token = started(journal)
+    with pytest.raises(SubmitError, match="never commit"):
+        journal.record_transactional(wid, token, 0, lambda tx: (tx.execute("COMMIT"), ok(0))[1])
+    _, entries = journal.load(wid)
+    assert entries == []

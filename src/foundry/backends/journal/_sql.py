@@ -29,7 +29,7 @@ from foundry.backends.journal.base import (
     WorkflowState,
     WorkflowStatus,
 )
-from foundry.errors import ConfigError, LeaseLostError, NotFoundError, WorkflowFinishedError
+from foundry.errors import ConfigError, LeaseLostError, NotFoundError, SubmitError, WorkflowFinishedError
 
 WF_COLS = (
     "id, name, status, codec, args, result, error, parent_id, parent_pos, owner, token, lease_until, "
@@ -568,6 +568,15 @@ class SqlJournal:
 
     def _check_still_open(self, c: Cursor) -> None:
         """Raise if the step committed or rolled back the journal's transaction itself."""
+        if not self._in_transaction(c.conn):
+            raise SubmitError(
+                f"journal {self.url}: a transactional step committed or rolled back the journal's "
+                "transaction itself, so its writes are no longer atomic with its record. Fix: never "
+                "commit or roll back on tx (or tx.raw); raise an exception to roll back"
+            )
+
+    def _in_transaction(self, conn: Any) -> bool:
+        raise NotImplementedError
 
     def consume_signal(self, workflow_id: str, token: int, position: int, name: str) -> Recorded | None:
         now = self._now()

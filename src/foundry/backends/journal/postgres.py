@@ -115,13 +115,8 @@ class PostgresJournal(SqlJournal):
             return BackendError(f"journal {self.url}: PostgreSQL failed ({type(exc).__name__}: {exc})")
         return None
 
-    def _check_still_open(self, c: Cursor) -> None:
-        if c.conn.info.transaction_status != self._psycopg.pq.TransactionStatus.INTRANS:
-            raise BackendError(
-                f"journal {self.url}: a transactional step committed or rolled back the journal's "
-                "transaction itself, so its writes are no longer atomic with its record. Fix: never "
-                "call commit()/rollback() on tx.raw; raise an exception to roll back"
-            )
+    def _in_transaction(self, conn: Any) -> bool:
+        return bool(conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS)
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
         pos = entry.position

@@ -15,10 +15,10 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from foundry.backends.journal._pool import Pool
-from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
+from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
@@ -112,13 +112,8 @@ class SqliteJournal(SqlJournal):
             return BackendError(f"journal {self.url}: SQLite failed ({type(exc).__name__}: {exc})")
         return None
 
-    def _check_still_open(self, c: Cursor) -> None:
-        if not c.conn.in_transaction:
-            raise BackendError(
-                f"journal {self.url}: a transactional step committed or rolled back the journal's "
-                "transaction itself, so its writes are no longer atomic with its record. Fix: never "
-                "call commit()/rollback() on tx.raw; raise an exception to roll back"
-            )
+    def _in_transaction(self, conn: Any) -> bool:
+        return bool(conn.in_transaction)
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
         with self._auto() as c:
