@@ -14,6 +14,7 @@
     │   ├── ChannelFullError (OverloadError, TimeoutError)  still full when the send timed out
     │   └── ChannelEmptyError (TimeoutError)  still empty when the receive timed out
     ├── PoolDeadlockError             a pooled task waited on its own pool with every slot taken
+    │   └── PoolDeadlockTimeoutError (ResultTimeoutError)  ... in a timed wait: it times out now
     ├── WorkTimeoutError (TimeoutError)  the work itself exceeded its declared timeout
     ├── ResultTimeoutError (TimeoutError) the *wait* for a result timed out; the work may go on
     ├── CancelledError                the work was cancelled before it produced a result
@@ -60,6 +61,7 @@ __all__ = [
     "OverloadError",
     "PayloadTooLargeError",
     "PoolDeadlockError",
+    "PoolDeadlockTimeoutError",
     "RemoteError",
     "ResultTimeoutError",
     "SubmitError",
@@ -149,12 +151,18 @@ class PoolDeadlockError(FoundryError):
     slot was taken by such waiters: nothing could ever complete."""
 
 
-class WorkTimeoutError(FoundryError, TimeoutError):
-    """The work exceeded its own timeout and was stopped."""
-
-
 class ResultTimeoutError(FoundryError, TimeoutError):
     """Waiting for a result timed out. The work itself may still be running."""
+
+
+class PoolDeadlockTimeoutError(PoolDeadlockError, ResultTimeoutError):
+    """A *timed* wait inside a pool that could only have ended by timing out (every slot
+    was taken by waiters and it was due first): it times out now, and says why. Code
+    that handles ``ResultTimeoutError`` keeps working."""
+
+
+class WorkTimeoutError(FoundryError, TimeoutError):
+    """The work exceeded its own timeout and was stopped."""
 
 
 class CancelledError(FoundryError):

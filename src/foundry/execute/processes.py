@@ -23,8 +23,8 @@ duplex pipe per child, so the parent always knows which unit each child is runni
   with :class:`~foundry.errors.WorkTimeoutError`; its child gets ``SIGTERM``, then
   ``SIGKILL`` after a grace, and is replaced. Cancelling a running unit does the same
   with :class:`~foundry.errors.CancelledError`; a queued unit is dropped before it runs.
-- **Recycling.** ``max_tasks_per_child`` (constructor, default unlimited) replaces a
-  child after that many units: the remedy for native leaks.
+- **Recycling.** ``max_tasks_per_child`` (a trait; default unlimited) replaces a child
+  after that many units: the remedy for native leaks.
 - **No orphans.** Each child sets ``PR_SET_PDEATHSIG=SIGKILL`` (Linux) and runs a
   thread that exits the process when its lifeline pipe from the parent closes, so
   children die with the parent even when the parent is killed with SIGKILL. Children
@@ -574,6 +574,8 @@ class ProcessPool:
                         self._drain(child)
                         self._on_exit(child)
                 self._enforce_deadlines()
+                if self._closed:
+                    self._stop_idle()
                 with self._lock:
                     send = self._assign()
                 self._send_all(send)
@@ -749,6 +751,16 @@ class ProcessPool:
             if head.timeout is not None and now >= child.head_since + head.timeout:
                 self._kill(child, "timeout")
 
+    def _stop_idle(self) -> None:
+        """Closing: ask every child that has nothing to do to exit (late replacements too)."""
+        with self._lock:
+            idle = [c for c in self._children if not c.inflight and not c.stopping and c.kill_reason is None]
+            for child in idle:
+                child.stopping = True
+        for child in idle:
+            with child.send_lock, contextlib.suppress(OSError):
+                child.conn.send_bytes(pickle.dumps(("stop",), PICKLE))
+
     def _kill(self, child: _Child, reason: str) -> None:
         """Terminate now, kill after the grace; the exit is handled as the child's death."""
         child.kill_reason = reason
@@ -818,14 +830,13 @@ class ProcessPool:
         for child in children:
             if child.inflight:
                 self._kill(child, "closing")
-            else:
-                child.stopping = True
-                with child.send_lock, contextlib.suppress(OSError):
-                    child.conn.send_bytes(pickle.dumps(("stop",), PICKLE))
+        self._stop_idle()
         thread = self._thread
         if thread is not None:
             self._wake()
             thread.join(max(1.0, deadline - time.monotonic()) + KILL_GRACE)
+        with self._lock:
+            children = list(self._children)
         for child in children:  # the dispatcher is gone or stuck: reap by hand
             if child.process.is_alive():
                 with contextlib.suppress(Exception):
@@ -871,7 +882,7 @@ class ProcessRunner:
         self.ctx = ctx
         self.workers = traits.workers or traits.concurrency or usable_cpus()
         self.map_window = 2 * self.workers + (traits.max_pending or PENDING_PER_WORKER * self.workers)
-        self.max_tasks_per_child: int | None = None
+        self.max_tasks_per_child = traits.max_tasks_per_child
         self._pool: ProcessPool | None = None
         self._checked: SubmitError | Literal[False] | None = False
         self._lock = threading.Lock()

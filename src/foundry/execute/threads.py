@@ -31,7 +31,10 @@ itself waiting. The pool keeps the wait-for graph of its workers and raises
 at once, not after a timeout. The check is exact: it fires only when *every* worker of
 the pool is blocked on an unfinished unit of the pool, and then only in the waiter
 whose deadline comes first (an untimed wait has none), because until that deadline
-nothing can finish. A nested wait that can complete (a free worker remains, or the
+nothing can finish. In a *timed* wait the error is a
+:class:`~foundry.errors.PoolDeadlockTimeoutError`, which is also a
+``ResultTimeoutError``: that wait could only have timed out, so it times out now and
+says why, and code that handles timeouts keeps working. A nested wait that can complete (a free worker remains, or the
 awaited unit is running on a worker that is not waiting) never raises. Waits on other
 pools' handles, or from ``await`` inside a worker, are not part of the graph.
 
@@ -67,6 +70,7 @@ from foundry.errors import (
     CancelledError,
     OverloadError,
     PoolDeadlockError,
+    PoolDeadlockTimeoutError,
     SubmitError,
     WorkTimeoutError,
 )
@@ -399,8 +403,8 @@ class ThreadPool:
     def _deadlocked(self) -> int | None:
         """Under the lock: if every worker waits on an unfinished task of this pool, the
         waiter that can never be satisfied (earliest deadline); else ``None``."""
-        if len(self._waits) < len(self._idents):
-            return None
+        if len(self._idents) < self.workers or len(self._waits) < self.workers:
+            return None  # a worker is free (or still starting): it will take the queued work
         for ident in self._idents:
             entry = self._waits.get(ident)
             if entry is None or entry[0]._state >= SUCCEEDED or ident in self._doomed:
@@ -408,9 +412,11 @@ class ThreadPool:
         return min(self._waits, key=lambda ident: self._waits[ident][1])
 
     def _deadlock_error(self, ident: int) -> PoolDeadlockError:
-        awaited = self._waits[ident][0]
+        awaited, deadline = self._waits[ident]
         where = "queued behind the waiters" if awaited._state == QUEUED else "running on a waiting worker"
-        return PoolDeadlockError(
+        # A timed wait could only have ended by timing out: it times out now, and says why.
+        kind = PoolDeadlockError if deadline == float("inf") else PoolDeadlockTimeoutError
+        return kind(
             f"unit {self.name!r}: pool deadlock — all {len(self._idents)} workers are waiting on units of "
             f"this same pool ({self._depth} queued), and the awaited unit is {where}: nothing can ever "
             "finish. Fix: don't wait on the pool from inside it (return the handle, or chain the work), "

@@ -1,0 +1,78 @@
+"""Importable functions for the execution-model tests (child processes import them by
+name, so they live in a module, not in the test files' closures)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from typing import Any
+
+
+class Boom(Exception):
+    """The workload's own exception type: it must come back as itself."""
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def fail_on(x: int, bad: int = 3) -> int:
+    if x == bad:
+        raise Boom(f"bad item {x}")
+    return x
+
+
+def sleep_then(seconds: float, value: Any = None) -> Any:
+    time.sleep(seconds)
+    return value
+
+
+def wait_for(event: threading.Event, value: Any = None) -> Any:
+    if not event.wait(10):
+        raise TimeoutError("the test never released the event")
+    return value
+
+
+def pid(_: Any = None) -> int:
+    return os.getpid()
+
+
+def segfault(_: Any = None) -> None:
+    ctypes.string_at(0)
+
+
+def crash_or_pid(x: Any) -> int:
+    if x == "segv":
+        ctypes.string_at(0)
+    if x == "sleep":
+        time.sleep(30)
+    return os.getpid()
+
+
+def unpicklable_result(_: Any = None) -> Any:
+    return threading.Lock()
+
+
+async def async_square(x: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0)
+    return x * x
+
+
+async def async_fail_on(x: int, bad: int = 3) -> int:
+    import asyncio
+
+    await asyncio.sleep(0)
+    if x == bad:
+        raise Boom(f"bad item {x}")
+    return x
+
+
+async def async_sleep_then(seconds: float, value: Any = None) -> Any:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return value
