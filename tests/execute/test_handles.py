@@ -60,7 +60,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 def test_result_status_and_call(app: Foundry, model: str) -> None:
     square = unit(app, model, workloads.square)
     handle = square.submit(3)
-    assert isinstance(handle.id, str) and handle.id
+    assert isinstance(handle.id, str)
+    assert handle.id
     assert handle.result(timeout=10) == 9
     assert handle.status is Status.SUCCEEDED
     assert handle.done()
@@ -150,7 +151,8 @@ def test_cancel_running_work(app: Foundry, model: str) -> None:
 def test_sequential_handles_are_finished_when_returned(app: Foundry) -> None:
     fail = unit(app, "sequential", workloads.fail_on)
     handle = fail.submit(3)  # the failure is in the handle, not raised by submit
-    assert handle.done() and handle.status is Status.FAILED
+    assert handle.done()
+    assert handle.status is Status.FAILED
     assert not handle.cancel()
 
 

@@ -100,7 +100,8 @@ def test_caller_runs_makes_the_producer_do_the_work(app: Foundry, gate: threadin
     wait_until(lambda: first.status is Status.RUNNING)
     unit.submit("b", True)
     handle = unit.submit("c", False)  # full: runs here, now
-    assert handle.done() and handle.result(0) == "c"
+    assert handle.done()
+    assert handle.result(0) == "c"
     assert where == [threading.current_thread().name]
     gate.set()
 
@@ -153,12 +154,14 @@ def test_pool_deadlock_raises_at_once_instead_of_hanging(app: Foundry) -> None:
     assert outcomes == [0, 0]  # waiting on *another* pool never deadlocks
     same = [nested.submit(1) for _ in range(2)]
     results: list[object] = []
+    messages: list[str] = []
     for handle in same:
         try:
             results.append(handle.result(timeout=1.0))
         except PoolDeadlockError as exc:
-            assert "pool deadlock" in str(exc) and "Fix:" in str(exc)
+            messages.append(str(exc))
             results.append("deadlock")
+    assert all("pool deadlock" in m and "Fix:" in m for m in messages)
     # exactly one waiter can never be satisfied; once it fails, the other one completes
     assert sorted(map(str, results)) == ["1", "deadlock"]
 

@@ -114,7 +114,7 @@ def test_timeout_interrupts_on_the_main_thread_and_keeps_the_outer_timer(app: Fo
     if outer is None:
         signal.setitimer(signal.ITIMER_REAL, 60.0)
     try:
-        with pytest.raises(WorkTimeoutError, match="timeout of 0.1s"):
+        with pytest.raises(WorkTimeoutError, match=r"timeout of 0\.1s"):
             slow(5.0)
         assert slow(0.0, "quick") == "quick"
         handle = slow.submit(5.0)

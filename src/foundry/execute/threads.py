@@ -34,8 +34,9 @@ whose deadline comes first (an untimed wait has none), because until that deadli
 nothing can finish. In a *timed* wait the error is a
 :class:`~foundry.errors.PoolDeadlockTimeoutError`, which is also a
 ``ResultTimeoutError``: that wait could only have timed out, so it times out now and
-says why, and code that handles timeouts keeps working. A nested wait that can complete (a free worker remains, or the
-awaited unit is running on a worker that is not waiting) never raises. Waits on other
+says why, and code that handles timeouts keeps working. A nested wait that can
+complete (a free worker remains, or the awaited unit is running on a worker that is not
+waiting) never raises. Waits on other
 pools' handles, or from ``await`` inside a worker, are not part of the graph.
 
 **Timeouts and cancellation.** A Python thread cannot be stopped from outside. A unit
