@@ -1,0 +1,496 @@
+"""The RabbitMQ side of the AMQP queue: one connection driven by a private event-loop
+thread (aiormq, the AMQP core of aio-pika), used from ordinary threads.
+
+* **Publishing** never waits on the network: a message goes into an outbox that one
+  task drains onto a channel in publisher-confirm mode. A message leaves the outbox's
+  accounting only when the broker confirmed it; a nack or a dropped connection puts it
+  back and it is sent again (duplicates are harmless: the state store decides). The
+  outbox is bounded: a publisher blocks when it is full and gives up with
+  :class:`~foundry.errors.BackendUnavailableError` after ``reconnect`` seconds.
+* **Consuming** is push: one channel per queue with ``basic.qos(prefetch)`` and
+  ``basic.consume``; deliveries land in a buffer that ``take`` hands to the claimer.
+  A consumer nobody has used for ``linger`` seconds closes its channel, which returns
+  its buffered, unacknowledged messages to the queue for other workers.
+* **Reconnecting**: when the connection drops (broker restart, network), the buffers of
+  the dead channels are discarded (RabbitMQ redelivers those messages), the connection
+  is reopened with back-off, consumers that are in use resubscribe, and the outbox is
+  sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterator
+from typing import Any, NamedTuple, TypeVar
+
+import aiormq
+from aiormq.abc import DeliveredMessage
+from pamqp import commands as spec
+
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+
+__all__ = ["AmqpClient", "Consumer", "Delivery"]
+
+log = logging.getLogger("foundry.queue.amqp")
+
+T = TypeVar("T")
+
+MAX_PENDING = 50_000  # messages published but not yet confirmed, per process
+_REDECLARE = 30.0  # seconds after which a publish declares its queue again (x-expires)
+
+
+class Delivery(NamedTuple):
+    job_id: str
+    priority: int
+    eta: float | None
+    tag: int
+    channel: Any  # the aiormq channel it arrived on: the ack must go there
+
+
+class Consumer:
+    """The deliveries of one queue waiting for a claimer (see :meth:`take`)."""
+
+    def __init__(self, client: AmqpClient, queue: str) -> None:
+        self.client = client
+        self.queue = queue
+        self.cond = threading.Condition()
+        self.buf: deque[Delivery] = deque()
+        self.channel: Any = None  # set and cleared by the loop thread
+        self.prefetch = 0
+        self.active = 0  # claims in progress (between take and ack)
+        self.last_use = time.monotonic()
+        self.recent = 0.0  # when the broker was last asked for more (subscribe, qos, ack)
+
+    async def on_message(self, message: DeliveredMessage) -> None:
+        if message.channel is not self.channel:
+            return  # an old channel's delivery: the broker gives it back to the queue
+        props = message.header.properties
+        headers = props.headers or {}
+        eta = headers.get("eta")
+        priority = headers.get("p", props.priority or 0)
+        delivery = Delivery(
+            message.body.decode(),
+            int(priority),  # type: ignore[arg-type]
+            None if eta is None else float(eta.decode() if isinstance(eta, bytes) else eta),  # type: ignore[arg-type]
+            int(message.delivery_tag or 0),
+            message.channel,
+        )
+        with self.cond:
+            self.buf.append(delivery)
+            self.cond.notify()
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        with self.cond:
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.active -= 1
+                self.last_use = time.monotonic()
+
+    def take(self, limit: int, timeout: float) -> list[Delivery]:
+        """Up to ``limit`` deliveries, waiting up to ``timeout`` s for the first. Right
+        after the broker was asked for more, wait a moment (until 2 ms pass without a
+        new delivery) so one claim gets the whole batch the broker is pushing."""
+        if time.monotonic() - self.recent < 0.005:
+            timeout = max(timeout, 0.02)  # just subscribed: the broker is pushing the backlog
+        end = time.monotonic() + timeout
+        with self.cond:
+            while not self.buf:
+                left = end - time.monotonic()
+                if left <= 0 or self.client.stopped.is_set():
+                    return []
+                self.cond.wait(left)
+            if len(self.buf) < limit and time.monotonic() - self.recent < 0.02:
+                stop = time.monotonic() + 0.02
+                while len(self.buf) < limit and time.monotonic() < stop:
+                    n = len(self.buf)
+                    self.cond.wait(0.002)
+                    if len(self.buf) == n:
+                        break
+            return [self.buf.popleft() for _ in range(min(limit, len(self.buf)))]
+
+    def _drop_buffer(self) -> None:
+        with self.cond:
+            self.buf.clear()
+            self.cond.notify_all()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is an optional extra
+        return asyncio.new_event_loop()
+
+
+class AmqpClient:
+    """One RabbitMQ connection for one :class:`~foundry.backends.queue.amqp.AmqpQueue`."""
+
+    def __init__(self, url: str, *, shown: str, reconnect: float, linger: float) -> None:
+        self.url = url
+        self.shown = shown  # the URL with its password masked
+        self.reconnect = reconnect
+        self.linger = linger
+        self.stopped = threading.Event()  # close() began
+        self._args: dict[str, dict[str, Any]] = {}  # queue -> declare arguments
+        self._declared: dict[str, float] = {}  # on the current connection: queue -> when
+        self._consumers: dict[str, Consumer] = {}
+        self._outbox: deque[tuple[str, bytes, spec.Basic.Properties]] = deque()
+        self._pending = 0
+        self._room = threading.Condition()
+        self._kicked = False
+        self._up = threading.Event()
+        self._conn: Any = None
+        self._pub: Any = None
+        self._admin: Any = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="foundry-amqp", daemon=True)
+        self._thread.start()
+        self._kick = self.run(self._make_event(), 5.0)
+        try:
+            self.run(self._connect(), reconnect)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._spawn(self._supervise())
+        self._spawn(self._pump())
+        self._spawn(self._linger_loop())
+
+    # -- calling into the loop -----------------------------------------------------
+
+    @staticmethod
+    async def _make_event() -> asyncio.Event:
+        return asyncio.Event()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self.loop.call_soon_threadsafe(start)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run ``coro`` on the loop and wait at most ``timeout`` s for it."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError as exc:
+            future.cancel()
+            raise BackendUnavailableError(
+                f"queue {self.shown}: RabbitMQ did not answer within {timeout:g}s. Fix: check that the "
+                "broker is running and reachable; accepted jobs are safe in the state store"
+            ) from exc
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise ConfigError(
+                f"queue {self.shown}: RabbitMQ refused a queue declaration ({exc}); a queue of that name "
+                "exists with other arguments (e.g. another max_priority). Fix: use the same options "
+                "everywhere, or another prefix"
+            ) from exc
+        except (aiormq.exceptions.AuthenticationError, aiormq.exceptions.ProbableAuthenticationError) as exc:
+            raise ConfigError(
+                f"queue URL {self.shown!r}: RabbitMQ refused the login ({exc}). Fix: correct the user, "
+                "password or vhost in the URL"
+            ) from exc
+        except (aiormq.exceptions.AMQPConnectionError, OSError) as exc:
+            raise BackendUnavailableError(
+                f"queue {self.shown}: RabbitMQ unreachable ({type(exc).__name__}: {exc}). Fix: start the "
+                "broker or correct the URL"
+            ) from exc
+        except aiormq.exceptions.AMQPError as exc:
+            raise BackendError(f"queue {self.shown}: RabbitMQ failed ({type(exc).__name__}: {exc})") from exc
+
+    # -- connection ------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        conn = await asyncio.wait_for(aiormq.connect(self.url), timeout=10.0)
+        try:
+            self._pub = await conn.channel(publisher_confirms=True)
+            self._admin = await conn.channel(publisher_confirms=False)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        self._declared.clear()
+        self._up.set()
+
+    async def _supervise(self) -> None:
+        while not self.stopped.is_set():
+            conn = self._conn
+            with contextlib.suppress(BaseException):
+                await conn.closing
+            if self.stopped.is_set():
+                return
+            log.warning("queue %s: connection to RabbitMQ lost; reconnecting", self.shown)
+            self._up.clear()
+            for consumer in self._consumers.values():
+                consumer.channel = None
+                consumer._drop_buffer()
+            pause = 0.1
+            while not self.stopped.is_set():
+                try:
+                    await self._connect()
+                    break
+                except Exception as exc:
+                    log.debug("queue %s: reconnect failed (%r)", self.shown, exc)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+            if self.stopped.is_set():
+                return
+            log.warning("queue %s: reconnected to RabbitMQ", self.shown)
+            for consumer in list(self._consumers.values()):
+                if consumer.active and consumer.prefetch:
+                    with contextlib.suppress(Exception):
+                        await self._subscribe(consumer, consumer.prefetch)
+            self._kick.set()
+
+    def wait_up(self) -> None:
+        if not self._up.wait(self.reconnect):
+            raise BackendUnavailableError(
+                f"queue {self.shown}: RabbitMQ unreachable for {self.reconnect:g}s. Fix: start the broker or "
+                "correct the URL; accepted jobs are safe in the state store and will be delivered"
+            )
+
+    async def _admin_channel(self) -> Any:
+        if self._admin is None or self._admin.is_closed:
+            self._admin = await self._conn.channel(publisher_confirms=False)
+        return self._admin
+
+    # -- queues ------------------------------------------------------------------------
+
+    def define(self, queue: str, arguments: dict[str, Any]) -> None:
+        """How ``queue`` is declared when it is first used on a connection."""
+        self._args[queue] = arguments
+
+    async def _declare(self, queue: str, channel: Any = None) -> None:
+        ch = channel or await self._admin_channel()
+        await ch.queue_declare(queue, durable=True, arguments=self._args.get(queue, {}))
+        self._declared[queue] = time.monotonic()
+
+    def message_count(self, queue: str) -> int:
+        """Messages ready in ``queue`` (not counting those delivered and unacknowledged)."""
+
+        async def count() -> int:
+            ch = await self._admin_channel()
+            ok = await ch.queue_declare(queue, durable=True, arguments=self._args.get(queue, {}))
+            self._declared[queue] = time.monotonic()
+            return int(ok.message_count or 0)
+
+        self.wait_up()
+        return self.run(count(), self.reconnect)
+
+    def delete(self, queues: list[str]) -> None:
+        """Delete ``queues`` (this client's consumers stop first)."""
+
+        async def delete() -> None:
+            for consumer in list(self._consumers.values()):
+                await self._unsubscribe(consumer)
+            for queue in queues:
+                ch = await self._admin_channel()
+                try:
+                    await ch.queue_delete(queue)
+                except aiormq.exceptions.ChannelClosed:
+                    continue
+                self._declared.pop(queue, None)
+
+        self.wait_up()
+        self.run(delete(), self.reconnect)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(self, queue: str, body: bytes, properties: spec.Basic.Properties) -> None:
+        """Queue a persistent message for ``queue``; returns at once (see the module doc)."""
+        with self._room:
+            if self._pending >= MAX_PENDING and not self._room.wait_for(
+                lambda: self._pending < MAX_PENDING or self.stopped.is_set(), self.reconnect
+            ):
+                raise BackendUnavailableError(
+                    f"queue {self.shown}: {self._pending} messages wait for RabbitMQ's confirmation. "
+                    "Fix: check the broker (a memory or disk alarm blocks publishers); the jobs are safe "
+                    "in the state store and will be delivered"
+                )
+            self._pending += 1
+        self._outbox.append((queue, body, properties))
+        if not self._kicked:
+            self._kicked = True
+            self.loop.call_soon_threadsafe(self._wake_pump)
+
+    def _wake_pump(self) -> None:
+        self._kicked = False
+        self._kick.set()
+
+    def _done(self, n: int = 1) -> None:
+        with self._room:
+            self._pending -= n
+            self._room.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every published message is confirmed (``False`` on timeout)."""
+        with self._room:
+            return self._room.wait_for(lambda: self._pending <= 0, timeout)
+
+    async def _pump(self) -> None:
+        while not self.stopped.is_set():
+            await self._kick.wait()
+            self._kick.clear()
+            while self._outbox and not self.stopped.is_set():
+                ch = self._pub
+                if ch is None or ch.is_closed or not self._up.is_set():
+                    break  # the supervisor kicks again once reconnected
+                queue, body, props = self._outbox[0]
+                declared = self._declared.get(queue)
+                if declared is None or time.monotonic() - declared > _REDECLARE:
+                    try:
+                        await self._declare(queue)
+                    except Exception as exc:
+                        log.warning("queue %s: cannot declare %s (%r); retrying", self.shown, queue, exc)
+                        await asyncio.sleep(0.2)
+                        continue
+                self._outbox.popleft()
+                task = asyncio.ensure_future(self._send(ch, queue, body, props))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, ch: Any, queue: str, body: bytes, props: spec.Basic.Properties) -> None:
+        try:
+            confirmed = await ch.basic_publish(body, routing_key=queue, properties=props)
+            ok = isinstance(confirmed, spec.Basic.Ack)
+        except Exception:
+            ok = False
+        if ok:
+            self._done()
+            return
+        if not self.stopped.is_set() and not ch.is_closed:
+            await asyncio.sleep(0.05)  # nacked by a live broker: do not spin
+        self._outbox.append((queue, body, props))
+        self._kick.set()
+
+    # -- consuming -------------------------------------------------------------------
+
+    def consumer(self, queue: str) -> Consumer:
+        consumer = self._consumers.get(queue)
+        if consumer is None:
+            consumer = self._consumers.setdefault(queue, Consumer(self, queue))
+        return consumer
+
+    def ensure_consuming(self, consumer: Consumer, prefetch: int) -> None:
+        """Subscribe ``consumer`` (or raise its prefetch) before a claim waits on it."""
+        ch = consumer.channel
+        if ch is not None and not ch.is_closed and consumer.prefetch >= prefetch:
+            return
+        self.wait_up()
+        self.run(self._subscribe(consumer, max(prefetch, consumer.prefetch)), self.reconnect)
+
+    async def _subscribe(self, consumer: Consumer, prefetch: int) -> None:
+        ch = consumer.channel
+        if ch is not None and not ch.is_closed:
+            if consumer.prefetch < prefetch:
+                await ch.basic_qos(prefetch_count=prefetch, global_=True)
+                consumer.prefetch = prefetch
+                consumer.recent = time.monotonic()
+            return
+        ch = await self._conn.channel(publisher_confirms=False)
+        try:
+            await ch.basic_qos(prefetch_count=prefetch, global_=True)
+            await self._declare(consumer.queue, ch)
+            consumer.channel = ch
+            consumer.prefetch = prefetch
+            consumer.recent = time.monotonic()
+            await ch.basic_consume(consumer.queue, consumer.on_message, no_ack=False)
+        except BaseException:
+            consumer.channel = None
+            with contextlib.suppress(Exception):
+                await ch.close()
+            raise
+
+    async def _unsubscribe(self, consumer: Consumer) -> None:
+        ch, consumer.channel = consumer.channel, None
+        consumer.prefetch = 0
+        consumer._drop_buffer()
+        if ch is not None and not ch.is_closed:
+            with contextlib.suppress(Exception):
+                await ch.close()  # the broker requeues what the channel held
+
+    async def _linger_loop(self) -> None:
+        while not self.stopped.is_set():
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            for consumer in list(self._consumers.values()):
+                if (
+                    consumer.channel is not None
+                    and consumer.active == 0
+                    and now - consumer.last_use > self.linger
+                ):
+                    await self._unsubscribe(consumer)
+
+    def settle(self, deliveries: list[Delivery], *, ack: bool) -> None:
+        """Acknowledge (or give back, ``ack=False``) deliveries; stale ones are skipped
+        (their channel closed, so the broker already took them back)."""
+        if not deliveries:
+            return
+        for consumer in self._consumers.values():
+            if consumer.channel is deliveries[0].channel:
+                consumer.recent = time.monotonic()
+
+        async def settle() -> None:
+            for d in deliveries:
+                if d.channel.is_closed:
+                    continue
+                with contextlib.suppress(Exception):
+                    if ack:
+                        await d.channel.basic_ack(d.tag, wait=False)
+                    else:
+                        await d.channel.basic_nack(d.tag, requeue=True, wait=False)
+
+        self.loop.call_soon_threadsafe(lambda: self._spawn_now(settle()))
+
+    def _spawn_now(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self, flush: float = 5.0) -> None:
+        if self.stopped.is_set():
+            return
+        if self._up.is_set():
+            self.flush(flush)
+        self.stopped.set()
+        with self._room:
+            self._room.notify_all()
+        for consumer in self._consumers.values():
+            consumer._drop_buffer()
+
+        async def shutdown() -> None:
+            for consumer in list(self._consumers.values()):
+                await self._unsubscribe(consumer)
+            self._kick.set()
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    await self._conn.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.run(shutdown(), 10.0)
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self.stopped.set()
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10.0)
+        if not self.loop.is_running():
+            self.loop.close()
