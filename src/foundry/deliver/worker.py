@@ -49,6 +49,7 @@ __all__ = ["JobEvent", "Worker", "backoff_delay"]
 log = logging.getLogger("foundry.queue.worker")
 
 T = TypeVar("T")
+PURGE_EVERY = 600.0  # seconds between deletions of finished jobs past their result_ttl
 
 
 class AppLike(Protocol):
@@ -470,11 +471,18 @@ class Worker:
     def _heartbeat(self) -> None:
         every = max(0.05, self.lease / 3.0)
         last = time.monotonic()
+        purged = last
         while not self.hard.wait(min(every, 0.05)):  # timeouts are checked often, leases every lease/3
             now = time.monotonic()
             beat = now - last >= every
             if beat:
                 last = now
+            if now - purged >= PURGE_EVERY:  # results past their result_ttl
+                purged = now
+                try:
+                    self.backend.purge()
+                except BackendError as exc:
+                    log.warning("worker %s: purge failed (%s)", self.name, exc)
             for loop in self.loops:
                 with loop.cond:
                     jobs = list(loop.held.values())
