@@ -154,7 +154,7 @@ def test_sigkill_a_worker_again_and_again_loses_nothing_and_completes_once(fleet
 def test_sigterm_drains_in_flight_work_and_gives_back_the_rest(fleet: tuple[Fleet, Any]) -> None:
     group, app = fleet
     slow = app.units["record_slow"]
-    handles = [slow.submit(i) for i in range(40)]
+    handles = [slow.submit(i) for i in range(24)]
     worker = group.start()
     wait_for(lambda: group.count("SELECT count(*) FROM runs") >= 4, 60, "the first executions")
     worker.send_signal(signal.SIGTERM)

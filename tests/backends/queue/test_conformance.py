@@ -577,41 +577,39 @@ def test_purge_removes_expired_results_and_frees_the_key(backend: QueueBackend, 
 # -- bad input -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("queue", ""),
-        ("unit", ""),
-        ("id", ""),
-        ("codec", "yaml"),
-        ("key", ""),
-        ("priority", "high"),
-        ("eta", float("nan")),
-        ("max_retries", -1),
-        ("max_deliveries", 0),
-        ("timeout", 0),
-        ("result_ttl", -5),
-        ("payload", "not bytes"),
-    ],
-)
-def test_bad_jobs_are_refused_and_nothing_is_stored(
-    backend: QueueBackend, queue: str, field: str, value: Any
-) -> None:
-    good = job(queue)
-    bad = job(queue, **{field: value})
-    with pytest.raises(SubmitError, match=field):
-        backend.enqueue(bad)
-    with pytest.raises(SubmitError, match=field):
-        backend.enqueue_many([good, bad])
-    assert backend.get(good.id) is None  # the batch was refused whole
+BAD_JOBS: list[tuple[str, Any]] = [
+    ("queue", ""),
+    ("unit", ""),
+    ("id", ""),
+    ("codec", "yaml"),
+    ("key", ""),
+    ("priority", "high"),
+    ("eta", float("nan")),
+    ("max_retries", -1),
+    ("max_deliveries", 0),
+    ("timeout", 0),
+    ("result_ttl", -5),
+    ("payload", "not bytes"),
+]
+
+
+def test_bad_jobs_are_refused_and_nothing_is_stored(backend: QueueBackend, queue: str) -> None:
+    for field, value in BAD_JOBS:
+        good = job(queue)
+        bad = job(queue, **{field: value})
+        with pytest.raises(SubmitError, match=field):
+            backend.enqueue(bad)
+        with pytest.raises(SubmitError, match=field):
+            backend.enqueue_many([good, bad])
+        assert backend.get(good.id) is None  # the batch was refused whole
     assert backend.stats(queue).depth == 0
 
 
-@pytest.mark.parametrize(("field", "value"), [("limit", 0), ("lease", 0), ("lease", -1.0)])
-def test_bad_claims_are_refused(backend: QueueBackend, queue: str, field: str, value: Any) -> None:
-    args: dict[str, Any] = {"lease": LONG, "limit": 1, "timeout": 0, field: value}
-    with pytest.raises(SubmitError, match=field):
-        backend.claim(queue, "w", **args)
+def test_bad_claims_are_refused(backend: QueueBackend, queue: str) -> None:
+    for field, value in [("limit", 0), ("lease", 0), ("lease", -1.0)]:
+        args: dict[str, Any] = {"lease": LONG, "limit": 1, "timeout": 0, field: value}
+        with pytest.raises(SubmitError, match=field):
+            backend.claim(queue, "w", **args)
 
 
 def test_operations_on_unknown_jobs_change_nothing(backend: QueueBackend) -> None:
