@@ -65,6 +65,13 @@ class Consumer:
         self.active = 0  # claims in progress (between take and ack)
         self.last_use = time.monotonic()
         self.recent = 0.0  # when the broker was last asked for more (subscribe, qos, ack)
+        self.kicks = 0
+
+    def kick(self) -> None:
+        """Wake the claimers waiting in :meth:`take` empty-handed (a worker stopping)."""
+        with self.cond:
+            self.kicks += 1
+            self.cond.notify_all()
 
     async def on_message(self, message: DeliveredMessage) -> None:
         if message.channel is not self.channel:
@@ -95,17 +102,18 @@ class Consumer:
                 self.active -= 1
                 self.last_use = time.monotonic()
 
-    def take(self, limit: int, timeout: float) -> list[Delivery]:
+    def take(self, limit: int, timeout: float, kicks: int) -> list[Delivery]:
         """Up to ``limit`` deliveries, waiting up to ``timeout`` s for the first. Right
         after the broker was asked for more, wait a moment (until 2 ms pass without a
-        new delivery) so one claim gets the whole batch the broker is pushing."""
+        new delivery) so one claim gets the whole batch the broker is pushing. Returns
+        empty-handed once :meth:`kick` moved ``kicks`` on."""
         if time.monotonic() - self.recent < 0.005:
             timeout = max(timeout, 0.02)  # just subscribed: the broker is pushing the backlog
         end = time.monotonic() + timeout
         with self.cond:
             while not self.buf:
                 left = end - time.monotonic()
-                if left <= 0 or self.client.stopped.is_set():
+                if left <= 0 or self.client.stopped.is_set() or self.kicks != kicks:
                     return []
                 self.cond.wait(left)
             if len(self.buf) < limit and time.monotonic() - self.recent < 0.02:

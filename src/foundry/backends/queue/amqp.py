@@ -97,10 +97,8 @@ class _Signals:
 
     def bump_all(self) -> None:
         q = self._queue
-        q.kicks += 1
         for consumer in list(q.client._consumers.values()):
-            with consumer.cond:
-                consumer.cond.notify_all()
+            consumer.kick()
         bump = getattr(getattr(q.state, "signals", None), "bump_all", None)
         if callable(bump):
             bump()
@@ -153,7 +151,6 @@ class AmqpQueue:
             self.state.close()
             raise
         self.signals = _Signals(self)
-        self.kicks = 0
         self._closed = False
         self._destroyed = False
         self._lock = threading.Lock()
@@ -226,21 +223,21 @@ class AmqpQueue:
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
         check_claim(queue, lease, limit)
         deadline = time.monotonic() + max(0.0, timeout)
-        kicks = self.kicks
         consumer = self.client.consumer(self._main(queue))
+        kicks = consumer.kicks
         with consumer.using():
             while True:
                 self._housekeep(queue, consumer)
                 self.client.ensure_consuming(consumer, limit)
                 now = time.monotonic()
                 wait = max(0.0, min(deadline - now, self._reap_at[queue] - now))
-                got = consumer.take(limit, wait)
+                got = consumer.take(limit, wait, kicks)
                 if got:
                     claimed = self._claim_deliveries(queue, worker, lease, got)
                     if claimed:
                         return claimed
                     continue
-                if time.monotonic() >= deadline or self._closed or self.kicks != kicks:
+                if time.monotonic() >= deadline or self._closed or consumer.kicks != kicks:
                     return []
 
     def _claim_deliveries(self, queue: str, worker: str, lease: float, got: list[Delivery]) -> list[Claimed]:

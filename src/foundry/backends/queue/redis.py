@@ -266,6 +266,7 @@ class RedisQueue:
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._closed = False
         self._blocked: dict[str, int] = {}
+        self._kicks = 0  # bumped by signals.bump_all(): blocked claimers return at once
         self._blocked_lock = threading.Lock()
         self.signals = _Signals(self._kick)
         self._listener = _Listener(self)
@@ -333,6 +334,7 @@ class RedisQueue:
     def _kick(self) -> None:
         """Wake this process's claimers blocked in ``BLPOP`` (used when a worker stops)."""
         with self._blocked_lock:
+            self._kicks += 1
             queues = [q for q, n in self._blocked.items() if n > 0]
         for q in queues:
             with contextlib.suppress(redis.RedisError):
@@ -385,6 +387,7 @@ class RedisQueue:
         check_claim(queue, lease, limit)
         deadline = time.monotonic() + max(0.0, timeout)
         wake = self._key("q", queue, "wake")
+        kicks = self._kicks
         while True:
             now = time.time()
             token = uuid.uuid4().hex
@@ -395,7 +398,7 @@ class RedisQueue:
             if rows:
                 return [claimed_from_reply(r, queue, token, until) for r in rows]
             left = deadline - time.monotonic()
-            if left <= 0 or self._closed:
+            if left <= 0 or self._closed or self._kicks != kicks:
                 return []
             due = min(_float(next_eta) or math.inf, _float(next_lease) or math.inf) - time.time()
             block = min(left, _BLOCK_MAX, max(due, 0.0) + 0.001)

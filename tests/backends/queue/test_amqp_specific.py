@@ -1,0 +1,197 @@
+"""What only the RabbitMQ engine does: the state store on each of Foundry's stores, the
+delays held in the broker, jobs that lost their message, prefetched messages given
+back to other workers, option errors, and a RabbitMQ restart under a running worker
+(the contract itself is checked by ``test_conformance.py``)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from foundry.backends.queue import JobStatus, NewJob, open_queue_backend
+from foundry.backends.queue.amqp import AmqpQueue
+from foundry.errors import BackendUnavailableError, ConfigError
+from tests.backends.queue._restart import restart_server, run_through_restart
+from tests.backends.queue.engines import drop_schema
+from tests.services import require
+
+LONG = 60.0
+
+
+def job(queue: str, **fields: object) -> NewJob:
+    return NewJob(id=uuid.uuid4().hex, queue=queue, unit="u", payload=b"[]", **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    state = quote(f"sqlite:///{tmp_path / 'state.db'}", safe="")
+    return f"{require('rabbitmq')}?prefix=fqa{uuid.uuid4().hex[:10]}&state={state}"
+
+
+def opened(url: str) -> AmqpQueue:
+    b = open_queue_backend(url)
+    assert isinstance(b, AmqpQueue)
+    return b
+
+
+@pytest.fixture
+def backend(url: str) -> Iterator[AmqpQueue]:
+    b = opened(url)
+    try:
+        yield b
+    finally:
+        b.destroy()
+        b.close()
+
+
+def round_trip(b: AmqpQueue) -> None:
+    new = job("q", key=f"k-{uuid.uuid4().hex}")
+    assert b.enqueue(new).created
+    c = b.claim("q", "w", lease=LONG, limit=1, timeout=10)[0]
+    assert c.id == new.id
+    assert b.complete(c.id, c.token, b'"ok"')
+    state = b.wait(new.id, timeout=10)
+    assert state is not None
+    assert state.status is JobStatus.SUCCEEDED
+    assert state.result == b'"ok"'
+
+
+@pytest.mark.parametrize("store", ["redis", "postgres"])
+def test_the_state_store_can_be_redis_or_postgresql(store: str) -> None:
+    tag = uuid.uuid4().hex[:10]
+    state = require(store)
+    if store == "postgres":
+        state = f"{state}?schema=fq_amqp_{tag}"
+    b = opened(f"{require('rabbitmq')}?prefix=fqa{tag}&state={quote(state, safe='')}")
+    try:
+        round_trip(b)
+        assert type(b.state).__name__ == ("RedisQueue" if store == "redis" else "PostgresState")
+    finally:
+        b.destroy()
+        b.close()
+        drop_schema(state)
+
+
+def test_a_delay_waits_in_a_broker_ttl_queue(backend: AmqpQueue) -> None:
+    new = job("q", eta=time.time() + 0.6)
+    backend.enqueue(new)
+    assert backend.client.flush(10)
+    # 600 ms ahead -> the 512 ms delay queue holds the message; no worker memory involved
+    assert backend.client.message_count(f"{backend.prefix}.q.delay.512") == 1
+    assert backend.claim("q", "w", lease=LONG, limit=1, timeout=0) == []
+    got = backend.claim("q", "w", lease=LONG, limit=1, timeout=20)
+    assert [c.id for c in got] == [new.id]
+    assert time.time() >= new.eta  # type: ignore[operator]
+
+
+def test_a_job_that_lost_its_message_is_published_again(url: str) -> None:
+    b = opened(url + "&orphan_after=0.05")
+    try:
+        # Given a job in the state store whose message never reached the broker
+        # (its submitter died between the commit and the publish)
+        lost = job("q")
+        b.state.enqueue(lost)
+        time.sleep(0.1)
+        # Then a claimer that finds the broker queue empty publishes it again
+        got = b.claim("q", "w", lease=LONG, limit=1, timeout=10)
+        assert [c.id for c in got] == [lost.id]
+    finally:
+        b.destroy()
+        b.close()
+
+
+def test_prefetched_messages_go_back_to_other_workers_after_linger(url: str) -> None:
+    a, other = opened(url + "&linger=0.3"), opened(url + "&linger=0.3")
+    try:
+        first, second = job("q"), job("q")
+        a.enqueue(first)
+        a.enqueue(second)
+        # a claims one; the broker pushes the next into a's prefetch buffer
+        assert [c.id for c in a.claim("q", "w", lease=LONG, limit=1, timeout=10)] == [first.id]
+        # a stops claiming (busy): after its linger the message goes to the other worker
+        assert [c.id for c in other.claim("q", "w2", lease=LONG, limit=1, timeout=20)] == [second.id]
+    finally:
+        other.close()
+        a.destroy()
+        a.close()
+
+
+def test_a_duplicate_message_is_dropped(backend: AmqpQueue) -> None:
+    new = job("q")
+    backend.enqueue(new)
+    backend._announce("q", new.id, 0)  # a second message for the same job
+    got = backend.claim("q", "w", lease=LONG, limit=5, timeout=10)
+    assert [c.id for c in got] == [new.id]
+    assert backend.claim("q", "w", lease=LONG, limit=5, timeout=0.5) == []
+    state = backend.get(new.id)
+    assert state is not None
+    assert state.deliveries == 1
+
+
+def test_another_max_priority_on_the_same_queue_is_a_config_error(url: str, backend: AmqpQueue) -> None:
+    backend.enqueue(job("q"))
+    assert backend.claim("q", "w", lease=LONG, limit=1, timeout=10)
+    other = opened(url + "&max_priority=3")
+    try:
+        with pytest.raises(ConfigError, match="max_priority"):
+            other.claim("q", "w", lease=LONG, limit=1, timeout=1)
+    finally:
+        other.close()
+
+
+def test_stopping_wakes_a_waiting_claimer(backend: AmqpQueue) -> None:
+    got: list[list[object]] = []
+    t = threading.Thread(
+        target=lambda: got.append(backend.claim("idle", "w", lease=LONG, limit=1, timeout=60))
+    )
+    t.start()
+    consumer = backend.client.consumer(f"{backend.prefix}.idle")
+    deadline = time.monotonic() + 10
+    while consumer.channel is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # When a stopping worker bumps the backend (what Worker.stop() does)
+    backend.signals.bump_all()
+    # Then the claimer returns empty-handed instead of waiting for its minute
+    t.join(30)
+    assert not t.is_alive()
+    assert got == [[]]
+
+
+@pytest.mark.parametrize(
+    ("query", "match"),
+    [("prefix=a.b", "prefix"), ("prefx=x", "unknown option"), ("max_priority=0", "max_priority")],
+)
+def test_bad_urls_are_config_errors(query: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        open_queue_backend(f"amqp://guest:guest@127.0.0.1:5672/?{query}")
+
+
+def test_a_bad_state_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="state"):
+        open_queue_backend("amqp://guest:guest@127.0.0.1:5672/?state=mongodb://x")
+
+
+def test_an_unreachable_broker_is_a_bounded_backend_unavailable_error(tmp_path: Path) -> None:
+    state = quote(f"sqlite:///{tmp_path / 's.db'}", safe="")
+    with pytest.raises(BackendUnavailableError, match="RabbitMQ"):
+        open_queue_backend(f"amqp://guest:guest@127.0.0.1:1/?reconnect=0.5&state={state}")
+
+
+def _rabbit_ready() -> bool:
+    out = subprocess.run(["rabbitmqctl", "await_startup"], capture_output=True, timeout=120)
+    return out.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_rabbitmq_restart_mid_run_loses_nothing(url: str) -> None:
+    def restart() -> None:
+        restart_server("rabbitmqctl stop_app", "rabbitmqctl start_app", "rabbitmq", _rabbit_ready)
+
+    run_through_restart(url, restart)

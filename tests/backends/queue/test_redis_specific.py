@@ -1,0 +1,146 @@
+"""What only the Redis engine does: key layout and expiry, prefixes, the bounded
+reconnect, stopping a claimer blocked in ``BLPOP``, and a Redis restart under a running
+worker (the contract itself is checked by ``test_conformance.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from foundry.backends.queue import NewJob, open_queue_backend
+from foundry.backends.queue.redis import RedisQueue
+from foundry.errors import BackendUnavailableError, ConfigError
+from tests.backends.queue._restart import restart_server, run_through_restart
+from tests.services import require
+
+LONG = 60.0
+
+
+def job(queue: str, **fields: object) -> NewJob:
+    return NewJob(id=uuid.uuid4().hex, queue=queue, unit="u", payload=b"[]", **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def url() -> str:
+    return f"{require('redis')}?prefix=fqr{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def backend(url: str) -> Iterator[RedisQueue]:
+    b = open_queue_backend(url)
+    assert isinstance(b, RedisQueue)
+    try:
+        yield b
+    finally:
+        b.destroy()
+        b.close()
+
+
+def test_a_finished_job_and_its_key_expire_after_result_ttl(backend: RedisQueue) -> None:
+    key = f"k-{uuid.uuid4().hex}"
+    new = job("q", key=key, result_ttl=30.0)
+    backend.enqueue(new)
+    assert backend.client.pttl(f"{backend.prefix}j:{new.id}") == -1  # queued: kept until it finishes
+    c = backend.claim("q", "w", lease=LONG, limit=1, timeout=1)[0]
+    assert backend.complete(c.id, c.token, b"1")
+    for name in (f"j:{new.id}", f"k:{key}"):
+        ttl = backend.client.pttl(backend.prefix + name)
+        assert 0 < ttl <= 30_000
+    # Requeueing a finished-for-good job keeps it again
+    other = job("q")
+    backend.enqueue(other)
+    c = backend.claim("q", "w", lease=LONG, limit=1, timeout=1)[0]
+    assert backend.fail(c.id, c.token, b"{}")
+    assert backend.requeue(c.id)
+    assert backend.client.pttl(f"{backend.prefix}j:{other.id}") == -1
+
+
+def test_prefixes_keep_namespaces_apart(url: str, backend: RedisQueue) -> None:
+    other = RedisQueue(f"{require('redis')}?prefix=fqr{uuid.uuid4().hex[:10]}")
+    try:
+        backend.enqueue(job("shared", key="same-key"))
+        assert other.find("same-key") is None
+        assert other.claim("shared", "w", lease=LONG, limit=1, timeout=0) == []
+        assert other.enqueue(job("shared", key="same-key")).created
+    finally:
+        other.destroy()
+        other.close()
+
+
+def test_destroy_removes_every_key_of_the_prefix(url: str) -> None:
+    b = RedisQueue(url)
+    try:
+        b.enqueue(job("q", key="k"))
+        c = b.claim("q", "w", lease=LONG, limit=1, timeout=1)[0]
+        b.fail(c.id, c.token, b"{}", dead_reason="test")
+        assert b.client.keys(b.prefix + "*")
+        b.destroy()
+        assert b.client.keys(b.prefix + "*") == []
+    finally:
+        b.close()
+
+
+def test_stopping_wakes_a_claimer_blocked_in_blpop(backend: RedisQueue) -> None:
+    got: list[list[object]] = []
+    t = threading.Thread(
+        target=lambda: got.append(backend.claim("idle", "w", lease=LONG, limit=1, timeout=60))
+    )
+    t.start()
+    deadline = time.monotonic() + 10
+    while not backend._blocked.get("idle") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    # When a stopping worker bumps the backend (what Worker.stop() does)
+    backend.signals.bump_all()
+    # Then the claimer returns empty-handed instead of blocking for its minute
+    t.join(30)
+    assert not t.is_alive()
+    assert got == [[]]
+
+
+@pytest.mark.parametrize(
+    ("query", "match"),
+    [("prefix=a b", "prefix"), ("prefx=x", "unknown option"), ("reconnect=-1", "reconnect")],
+)
+def test_bad_urls_are_config_errors(query: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        open_queue_backend(f"redis://127.0.0.1:6379/0?{query}")
+
+
+def test_an_unreachable_server_is_a_bounded_backend_unavailable_error() -> None:
+    with pytest.raises(BackendUnavailableError, match="Redis unreachable"):
+        open_queue_backend("redis://127.0.0.1:1/0?reconnect=0.3")
+
+
+def _redis_ready() -> bool:
+    out = subprocess.run(["redis-cli", "ping"], capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() == "PONG"
+
+
+def _restart_redis() -> None:
+    """SHUTDOWN SAVE writes the data set; the new server loads it (the shared CI server
+    runs without persistence, so a plain restart would lose everyone's keys); then the
+    dump is removed so no later restart resurrects it."""
+    try:
+        restart_server(
+            "redis-cli shutdown save",
+            'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
+            "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
+            "redis",
+            _redis_ready,
+        )
+    finally:
+        try:
+            os.unlink("/var/lib/redis/dump.rdb")
+        except OSError:
+            pass
+
+
+@pytest.mark.slow
+def test_a_redis_restart_mid_run_loses_nothing(url: str) -> None:
+    run_through_restart(url, _restart_redis)
