@@ -318,7 +318,8 @@ class ProcessPool:
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
-        self._avg = 0.0 if short is not False else 1.0  # EWMA of seconds per unit
+        self._avg = 0.0  # EWMA of seconds per unit, over ``self._observed`` results
+        self._observed = 0
         self._ahead_ok = short is not False and timeout is None
         self._crash_streak = 0
         registry = registry if registry is not None else Registry()
@@ -392,6 +393,8 @@ class ProcessPool:
             else:
                 send = self._assign()
         self._send_all(send)
+        if task.timeout is not None:
+            self._wake()  # the dispatcher keeps the clock of running units
         return True
 
     def _overflow(self, task: ProcTask) -> None:
@@ -437,7 +440,16 @@ class ProcessPool:
                 break
             if not child.inflight and self._take(child, 1, now):
                 out.append(child)
-        if pending and self._ahead_ok and self._avg < SHORT:
+        # Hand ahead only when units are known to be short and every child is up and busy:
+        # a unit handed ahead waits behind its child's current one even if another frees up.
+        if (
+            pending
+            and self._ahead_ok
+            and self._observed >= 2 * self.workers
+            and self._avg < SHORT
+            and len(ready) == len(self._children)
+            and all(c.inflight for c in ready)
+        ):
             share = max(1, min(AHEAD_MAX, len(pending) // max(1, len(ready))))
             for child in ready:
                 if not pending:
@@ -643,7 +655,8 @@ class ProcessPool:
                     head._state = RUNNING
                     head.started = now
                 child.head_since = now
-            self._avg = seconds if self._avg == 0.0 else 0.8 * self._avg + 0.2 * seconds
+            self._avg = seconds if not self._observed else 0.8 * self._avg + 0.2 * seconds
+            self._observed += 1
             if kind == _OK:
                 callbacks = task._settle(data, None)
             elif kind == _SKIPPED:
