@@ -95,6 +95,7 @@ log = logging.getLogger("foundry.stream")
 T = TypeVar("T")
 Handler = Callable[["StreamEvent"], Any]
 
+_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # json.dumps(**kw) builds one per call
 MAX_PAYLOAD = 1024 * 1024  # bytes per event (NATS's default max_payload)
 PUBLISH_CHUNK = 1000  # events per backend call
 
@@ -271,7 +272,12 @@ class StreamRuntime:
                     "Fix: key events by an id (a session id, an account number)"
                 )
             key = str(key)
-        payload = self.codec.encode(event, unit=self.name, what="the event")
+        try:
+            payload = _JSON.encode(event).encode() if self.codec.name == "json" else b""
+        except (TypeError, ValueError):
+            payload = b""
+        if not payload:  # pickle, or not JSON: the codec encodes or names the problem
+            payload = self.codec.encode(event, unit=self.name, what="the event")
         if len(payload) > MAX_PAYLOAD:
             raise PayloadTooLargeError(
                 f"stream {self.name!r}: the event encodes to {len(payload)} bytes, over the "
@@ -516,6 +522,7 @@ class _Consumer:
         self.busy: int | None = None
         self.busy_since = 0.0
         self._recovering: set[int] = set()
+        self._durations: list[float] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         m = runtime.metrics
@@ -686,6 +693,7 @@ class _Consumer:
     def _handle_batch(self, partition: int, events: list[Event]) -> None:
         limit = self.options.max_deliveries
         done: int | None = None
+        handled = 0
         for event in events:  # the whole batch, even when stopping: it is bounded
             if event.deliveries > limit:
                 self._dead_letter(
@@ -700,7 +708,7 @@ class _Consumer:
             while True:
                 error = self._call(event, attempt)
                 if error is None:
-                    self._consumed.inc()
+                    handled += 1
                     done = event.offset
                     break
                 if attempt >= limit:
@@ -724,6 +732,9 @@ class _Consumer:
                 break  # stopped while retrying: the failing event stays pending
         if done is not None:
             self._commit(partition, done)
+        self._consumed.inc(handled)  # metrics once per batch, not per event
+        self._seconds.observe_many(self._durations)
+        self._durations.clear()
 
     def _call(self, event: Event, attempt: int) -> BaseException | None:
         try:
@@ -745,7 +756,7 @@ class _Consumer:
         except Exception as exc:
             return exc
         finally:
-            self._seconds.observe(time.perf_counter() - started)
+            self._durations.append(time.perf_counter() - started)
         return None
 
 

@@ -397,10 +397,10 @@ class NatsStreamBackend:
                 if event.key is not None:
                     headers["Foundry-Key"] = event.key
                 parts.append(p)
+                # No wait_stall: a timed wait per message costs a task each (7x slower); the
+                # whole batch is bounded by the wait_for below instead.
                 futures.append(
-                    await self._js.publish_async(
-                        self._subject(stream, p), event.payload, headers=headers, wait_stall=self._timeout
-                    )
+                    await self._js.publish_async(self._subject(stream, p), event.payload, headers=headers)
                 )
             acks = await asyncio.wait_for(asyncio.gather(*futures), self._timeout + len(events) / 10_000)
             return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]

@@ -29,6 +29,7 @@ How the contract maps onto Redis:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -85,12 +86,24 @@ local function field(entry, name)
   for j = 1, #entry[2], 2 do if entry[2][j] == name then return entry[2][j + 1] end end
   return nil
 end
+-- one string per entry ("<#m> <id> " .. m .. d): a fifth of the reply items to parse
+local function pack(entries)
+  local out = {}
+  for _, e in ipairs(entries) do
+    local m, d = field(e, 'm'), field(e, 'd')
+    if m and d then out[#out + 1] = #m .. ' ' .. e[1] .. ' ' .. m .. d end
+  end
+  return out
+end
+-- entry field m = "<ts> <cumulative bytes> <#id> <k|->" .. id .. key; `name` picks ts or cum
 local function at(key, off, name)
   local e = redis.call('XRANGE', key, fmt(off) .. '-0', fmt(off) .. '-0')
   if #e == 0 then return nil end
-  return field(e[1], name)
+  local ts, cum = string.match(field(e[1], 'm'), '^(%S+) (%S+)')
+  if name == 't' then return ts end
+  return cum
 end
--- the largest offset in [lo, hi] whose field `name` is < value (lo - 1 if none)
+-- the largest offset in [lo, hi] whose `name` (t or c) is < value (lo - 1 if none)
 local function last_below(key, lo, hi, name, value)
   local answer = lo - 1
   while lo <= hi do
@@ -137,11 +150,10 @@ for i = 5, #ARGV, 4 do
     cum[p] = cum[p] + #payload
     local args = {tag .. ':p:' .. p}
     if maxlen > 0 then table.insert(args, 'MAXLEN'); table.insert(args, maxlen) end
-    local ts = string.format('%.6f', lts[p])
-    for _, v in ipairs({fmt(off) .. '-0', 'i', id, 't', ts, 'c', fmt(cum[p]), 'd', payload}) do
-      table.insert(args, v)
-    end
-    if key ~= '' then table.insert(args, 'k'); table.insert(args, string.sub(key, 2)) end
+    local flag, text = '-', ''
+    if key ~= '' then flag, text = 'k', string.sub(key, 2) end
+    local m = string.format('%.6f', lts[p]) .. ' ' .. fmt(cum[p]) .. ' ' .. #id .. ' ' .. flag .. id .. text
+    for _, v in ipairs({fmt(off) .. '-0', 'm', m, 'd', payload}) do table.insert(args, v) end
     redis.call('XADD', unpack(args))
     out[#out + 1] = p .. ':' .. fmt(off) .. ':0'
   else
@@ -170,13 +182,13 @@ if #pend > 0 then
   end
   if #ids == 0 then return {'wait'} end
   local r = redis.call('XAUTOCLAIM', key, group, consumer, ack, ids[1], 'COUNT', #ids)
-  return {'claimed', r[2], r[3] or {}, ids, counts}
+  return {'claimed', pack(r[2]), r[3] or {}, ids, counts}
 end
 local ld = last_delivered(key, group)
 if ld == nil then return redis.error_reply('NOGROUP no such consumer group') end
 local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', max, 'STREAMS', key, '>')
 if not r then return {'new', {}, ld} end
-return {'new', r[1][2], ld}
+return {'new', pack(r[1][2]), ld}
 """
 )
 
@@ -636,31 +648,36 @@ class RedisStreamBackend:
 
     def _claimed(self, stream: str, group: str, partition: int, raw: Sequence[Any]) -> list[Event]:
         entries, deleted, ids, counts = raw[1], raw[2], raw[3], raw[4]
-        deliveries = {_s(i): int(c) + 1 for i, c in zip(ids, counts, strict=True)}
+        deliveries = {_offset(i): int(c) + 1 for i, c in zip(ids, counts, strict=True)}
         if deleted:
             offsets = sorted(_offset(d) for d in deleted)
             self._record_gap(stream, group, partition, offsets[0], offsets[-1])
-        return [self._event(stream, partition, e, deliveries.get(_s(e[0]), 2)) for e in entries if e and e[1]]
+        events = [self._event(stream, partition, e, 2) for e in entries]
+        return [dataclasses.replace(e, deliveries=deliveries.get(e.offset, 2)) for e in events]
 
     def _fresh(
         self, stream: str, group: str, partition: int, entries: Sequence[Any], delivered: int
     ) -> list[Event]:
-        first = _offset(entries[0][0])
-        if first > delivered + 1:
-            self._record_gap(stream, group, partition, delivered + 1, first - 1)
-        return [self._event(stream, partition, e, 1) for e in entries]
+        events = [self._event(stream, partition, e, 1) for e in entries]
+        if events[0].offset > delivered + 1:
+            self._record_gap(stream, group, partition, delivered + 1, events[0].offset - 1)
+        return events
 
-    def _event(self, stream: str, partition: int, entry: Sequence[Any], deliveries: int) -> Event:
-        fields = _fields(entry[1])
-        key = fields.get("k")
+    def _event(self, stream: str, partition: int, packed: bytes, deliveries: int) -> Event:
+        # packed = b"<len(m)> <entry id> " + m + data, with
+        # m = b"<ts> <cumulative bytes> <len(id)> <k|->" + id + key
+        size, entry_id, rest = packed.split(b" ", 2)
+        m, data = rest[: int(size)], rest[int(size) :]
+        ts, _, n, tail = m.split(b" ", 3)
+        end = 1 + int(n)
         return Event(
             stream,
             partition,
-            _offset(entry[0]),
-            _s(fields["i"]),
-            None if key is None else _s(key),
-            bytes(fields["d"]),
-            float(fields["t"]),
+            int(entry_id.split(b"-", 1)[0]),
+            tail[1:end].decode(),
+            tail[end:].decode() if tail[:1] == b"k" else None,
+            data,
+            float(ts),
             deliveries,
         )
 

@@ -1,0 +1,250 @@
+"""Event-stream throughput: Foundry against the raw clients on the same servers.
+
+    python bench/stream.py                      # 20 000 events of 100 bytes, best of 3
+    python bench/stream.py --events 5000 --engines sqlite,redis
+    python bench/stream.py --quick              # a few seconds (the test suite's smoke run)
+
+For each engine, one partition (one subject / one Redis stream), 100-byte events:
+
+* publish: raw nats-py ``publish_async`` (all in flight, then awaited) / raw redis-py
+  pipelined ``XADD`` in batches of 1000 / a raw batched SQLite insert — against
+  ``stream.publish_many`` (validation, JSON, ids with dedup, partitioning).
+* consume: raw ``fetch(batch=500)`` + ``ack`` per message / raw ``XREADGROUP COUNT 500`` +
+  ``XACK`` — against a Foundry consumer group (a no-op handler, batches of 500; reads that
+  keep order under redelivery, commits, leases, metrics).
+
+Prints events/second and the Foundry/raw ratio (the target is ≥ 0.5×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# `python bench/stream.py` puts bench/ first on sys.path, where bench/queue.py would shadow
+# the standard library's `queue` (which redis-py imports): run from the repository instead.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent / "src"))
+
+from foundry import Foundry  # noqa: E402 (after the sys.path fix above)
+from foundry.backends.stream import open_stream_backend  # noqa: E402
+
+NATS_URL = os.environ.get("FOUNDRY_TEST_NATS", "nats://127.0.0.1:4222")
+REDIS_URL = os.environ.get("FOUNDRY_TEST_REDIS", "redis://127.0.0.1:6379/0")
+SIZE = 100
+FETCH = 500
+
+
+def payload() -> bytes:
+    return b"x" * SIZE
+
+
+def event(i: int) -> dict[str, Any]:
+    """A JSON event that encodes to 100 bytes."""
+    base = {"k": f"key-{i % 64}", "n": i, "pad": ""}
+    pad = SIZE - len(json.dumps(base, separators=(",", ":")))
+    base["pad"] = "p" * max(0, pad)
+    return base
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+# -- raw clients ------------------------------------------------------------------
+
+
+def raw_nats(n: int) -> tuple[float, float]:
+    import nats
+    from nats.js import api
+
+    async def main() -> tuple[float, float]:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
+        name = f"BENCH_RAW_{uuid.uuid4().hex[:8]}"
+        subject = f"bench.raw.{name}"
+        await js.add_stream(name=name, subjects=[subject], storage=api.StorageType.FILE)
+        try:
+            data = payload()
+            t0 = time.perf_counter()
+            futures = [await js.publish_async(subject, data) for _ in range(n)]
+            await asyncio.gather(*futures)
+            published = rate(n, time.perf_counter() - t0)
+            sub = await js.pull_subscribe(subject, durable="raw", stream=name)
+            got = 0
+            t0 = time.perf_counter()
+            while got < n:
+                msgs = await sub.fetch(FETCH, timeout=5)
+                for msg in msgs:
+                    await msg.ack()
+                got += len(msgs)
+            consumed = rate(n, time.perf_counter() - t0)
+            await sub.unsubscribe()
+            return published, consumed
+        finally:
+            await js.delete_stream(name)
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+def raw_redis(n: int) -> tuple[float, float]:
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    key = f"bench:raw:{uuid.uuid4().hex[:8]}"
+    try:
+        data = payload()
+        t0 = time.perf_counter()
+        for start in range(0, n, 1000):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(min(1000, n - start)):
+                pipe.xadd(key, {"d": data})
+            pipe.execute()
+        published = rate(n, time.perf_counter() - t0)
+        r.xgroup_create(key, "raw", id="0")
+        got = 0
+        t0 = time.perf_counter()
+        while got < n:
+            reply = r.xreadgroup("raw", "c1", {key: ">"}, count=FETCH, block=5000)
+            entries = reply[0][1] if reply else []
+            if entries:
+                r.xack(key, "raw", *[entry_id for entry_id, _ in entries])
+            got += len(entries)
+        consumed = rate(n, time.perf_counter() - t0)
+        return published, consumed
+    finally:
+        r.delete(key)
+        r.close()
+
+
+def raw_sqlite(n: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "raw.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(
+            "CREATE TABLE log (part INTEGER, off INTEGER, payload BLOB, "
+            "PRIMARY KEY (part, off)) WITHOUT ROWID"
+        )
+        data = payload()
+        t0 = time.perf_counter()
+        for start in range(0, n, 1000):
+            conn.execute("BEGIN")
+            conn.executemany(
+                "INSERT INTO log VALUES (0, ?, ?)", ((i, data) for i in range(start, min(n, start + 1000)))
+            )
+            conn.execute("COMMIT")
+        published = rate(n, time.perf_counter() - t0)
+        got, last = 0, -1
+        t0 = time.perf_counter()
+        while got < n:
+            rows = conn.execute(
+                "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, FETCH)
+            ).fetchall()
+            last = rows[-1][0]
+            got += len(rows)
+        consumed = rate(n, time.perf_counter() - t0)
+        conn.close()
+        return published, consumed
+
+
+# -- Foundry ----------------------------------------------------------------------
+
+
+def foundry(url: str, n: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as home:
+        app = Foundry("bench", home=home, stream=url)
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        stream = app.stream(name, key="k", partitions=1)
+        handled = [0]
+        done = threading.Event()
+
+        @stream.consumer(group="bench", batch=FETCH, max_in_flight=FETCH)
+        def handle(ev: Any) -> None:
+            handled[0] += 1
+            if handled[0] >= n:
+                done.set()
+
+        events = [event(i) for i in range(n)]
+        ids = [f"e{i}" for i in range(n)]
+        try:
+            stream.runtime.backend  # connect and create the stream outside the timing  # noqa: B018
+            t0 = time.perf_counter()
+            stream.publish_many(events, ids=ids)
+            published = rate(n, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            consumers = stream.run()
+            if not done.wait(max(60.0, n / 2000)):
+                raise RuntimeError(f"{url}: only {handled[0]} of {n} events consumed")
+            consumed = rate(n, time.perf_counter() - t0)
+            consumers.stop()
+            return published, consumed
+        finally:
+            app.close()
+            backend = open_stream_backend(url)
+            try:
+                backend.delete_stream(name)
+            finally:
+                backend.close()
+
+
+ENGINES: dict[str, tuple[str, Callable[[int], tuple[float, float]], str]] = {
+    "nats": (NATS_URL, raw_nats, "nats-py JetStream"),
+    "redis": (REDIS_URL, raw_redis, "redis-py Streams"),
+    "sqlite": ("", raw_sqlite, "sqlite3 batched insert / range read"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3, help="alternate raw and Foundry runs; keep the best")
+    parser.add_argument("--engines", default="nats,redis,sqlite")
+    parser.add_argument("--quick", action="store_true", help="2000 events, one round: a smoke run")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    n = 2000 if args.quick else args.events
+    repeat = 1 if args.quick else max(1, args.repeat)
+    load_before = os.getloadavg()[0]
+    results = []
+    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
+        url, raw, peer = ENGINES[engine]
+        best = {"raw publish": 0.0, "raw consume": 0.0, "foundry publish": 0.0, "foundry consume": 0.0}
+        for _ in range(repeat):  # alternate, so load from other processes hits both sides alike
+            with tempfile.TemporaryDirectory() as tmp:
+                raw_pub, raw_con = raw(n)
+                f_pub, f_con = foundry(url or f"sqlite:///{tmp}/stream.db", n)
+            for name, value in zip(best, (raw_pub, raw_con, f_pub, f_con), strict=True):
+                best[name] = max(best[name], value)
+        for op in ("publish", "consume"):
+            r, f = best[f"raw {op}"], best[f"foundry {op}"]
+            results.append({"engine": engine, "op": op, "peer": peer, "raw": r, "foundry": f, "ratio": f / r})
+    load = f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    if args.json:
+        print(json.dumps({"events": n, "repeat": repeat, "load": load, "results": results}, indent=2))
+        return 0
+    print(f"{n} events of {SIZE} bytes, one partition, best of {repeat}; events per second ({load})\n")
+    print(f"{'engine':<8} {'op':<8} {'raw client':<38} {'raw/s':>10} {'foundry/s':>10} {'ratio':>7}")
+    for r in results:
+        print(
+            f"{r['engine']:<8} {r['op']:<8} {r['peer']:<38} {r['raw']:>10,.0f} {r['foundry']:>10,.0f} "
+            f"{r['ratio']:>6.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
