@@ -24,7 +24,7 @@ def _log(line: str) -> None:
     path = os.environ["FW_FAULT_LOG"]
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{line} {os.getpid()}\n".encode())
+        os.write(fd, f"{line} {os.getpid()} {time.time():.6f}\n".encode())
     finally:
         os.close(fd)
 

@@ -593,7 +593,7 @@ def test_a_transactional_step_takes_effect_exactly_once(make_env: MakeEnv) -> No
 
 
 def test_a_stalled_run_is_fenced_off_by_its_successor(make_env: MakeEnv) -> None:
-    env = make_env()
+    env = make_env(lease=3600.0)  # no heartbeat happens during the test (every 20 min)
     gate = threading.Event()
     runs: list[str] = []
 

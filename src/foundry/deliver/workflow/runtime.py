@@ -375,7 +375,7 @@ class WorkflowRuntime:
     def _background(self) -> None:
         beat_every = self.lease / 3.0
         tick = min(self.poll, beat_every)
-        next_beat = 0.0
+        next_beat = time.monotonic() + beat_every  # a fresh claim holds a whole lease
         ticks = 0
         while not self._closed.wait(tick):
             ticks += 1
