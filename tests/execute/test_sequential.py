@@ -101,10 +101,15 @@ def test_calls_are_counted_and_timed(app: Foundry) -> None:
     with pytest.raises(workloads.Boom):
         fail(3)
     labels = {"unit": "square", "model": "sequential"}
-    assert app.metrics.value(names.UNIT_COMPLETED, **labels) == 300
-    assert app.metrics.value(names.UNIT_DURATION, **labels) == 300  # a histogram's count
+    assert app.metrics.value(names.UNIT_COMPLETED, **labels) == 300  # every call is counted
+    timed = app.metrics.value(names.UNIT_DURATION, **labels)  # a histogram's count
+    assert 300 // 16 <= timed < 300  # a microsecond function: one call in 16 is timed
     assert app.metrics.value(names.UNIT_IN_FLIGHT, **labels) == 0
     assert app.metrics.value(names.UNIT_FAILED, unit="fail") == 1
+    slow = app.work(model="sequential", name="slow")(workloads.sleep_then)
+    for _ in range(20):
+        slow(0.0002)
+    assert app.metrics.value(names.UNIT_DURATION, unit="slow") == 20  # slower work: every call
 
 
 def test_timeout_interrupts_on_the_main_thread_and_keeps_the_outer_timer(app: Foundry) -> None:

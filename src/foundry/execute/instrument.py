@@ -68,10 +68,12 @@ def count_value(counter: itertools.count[int]) -> int:
 class UnitMetrics:
     """The four per-unit metrics of one unit on one model, behind a buffered hot path.
 
-    ``ok(seconds, now)`` records a success (an append); ``fail(seconds)`` a failure (a
-    lock). ``in_flight`` is a callable the model supplies (its exact count of running
-    units), read at drain time; ``begin`` counts starts for models that have no other
-    count of them (sequential: ``in_flight = begun - finished``).
+    ``ok(seconds, now)`` records a timed success (an append); ``count_ok()`` an untimed
+    one (an atomic ``next()``: the sequential model times only a sample of calls that
+    take microseconds); ``fail(seconds)`` a failure (a lock). ``in_flight`` is a callable
+    the model supplies (its exact count of running units), read at drain time; ``begin``
+    counts starts for models that have no other count of them (sequential:
+    ``in_flight = begun - finished``).
     """
 
     __slots__ = (
@@ -82,8 +84,11 @@ class UnitMetrics:
         "_last_flush",
         "_lock",
         "_unregister",
+        "_untimed",
+        "_untimed_seen",
         "begin",
         "completed",
+        "count_ok",
         "duration",
         "failed",
         "in_flight",
@@ -111,6 +116,9 @@ class UnitMetrics:
         self._finished = 0
         self._begun = itertools.count()
         self.begin: Callable[[], int] = self._begun.__next__
+        self._untimed = itertools.count()
+        self._untimed_seen = 0
+        self.count_ok: Callable[[], int] = self._untimed.__next__
         self._in_flight_fn = in_flight if in_flight is not None else self._begun_minus_finished
         self._unregister = registry.on_read(self.flush)
 
@@ -124,12 +132,13 @@ class UnitMetrics:
         if len(buffer) >= FLUSH_EVERY or now - self._last_flush >= FLUSH_SECONDS:
             self.flush()
 
-    def fail(self, seconds: float) -> None:
-        """A failure (or a timeout, or a crash) that took ``seconds``."""
+    def fail(self, seconds: float | None) -> None:
+        """A failure (or a timeout, or a crash) that took ``seconds`` (``None``: untimed)."""
         with self._lock:
             self._finished += 1
         self.failed.inc()
-        self.duration.observe(seconds)
+        if seconds is not None:
+            self.duration.observe(seconds)
 
     def flush(self) -> None:
         """Drain buffered successes into the registry and refresh the in-flight gauge."""
@@ -141,10 +150,14 @@ class UnitMetrics:
         except IndexError:
             pass
         with self._lock:
-            self._finished += len(values)
+            untimed = count_value(self._untimed)
+            done = len(values) + untimed - self._untimed_seen
+            self._untimed_seen = untimed
+            self._finished += done
             self._last_flush = time.perf_counter()
+        if done:
+            self.completed.inc(done)
         if values:
-            self.completed.inc(len(values))
             self.duration.observe_many(values)
         self.in_flight.set(self._in_flight_fn())
 
