@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from foundry import Foundry
-from foundry.errors import SubmitError
+from foundry.errors import ChildCrashedError, SubmitError
 from foundry.execute.parallel import (
     DEFAULT_THRESHOLD,
     ParallelExecutor,
@@ -44,6 +44,19 @@ def uneven(n: int) -> int:
 def reject_77(n: int) -> int:
     if n == 77:
         raise ValueError(f"item {n} is malformed")
+    return n
+
+
+def segfault_on_5(n: int) -> int:
+    if n == 5:
+        import ctypes
+
+        ctypes.string_at(0)  # SIGSEGV in the child
+    return n
+
+
+def forever(n: int) -> int:
+    time.sleep(60)
     return n
 
 
@@ -129,6 +142,16 @@ def test_a_failed_item_is_reported_with_its_index_and_the_rest_complete(executor
     assert outcomes[78:] == list(range(78, 500))
 
 
+def test_a_crashing_item_loses_only_its_own_chunk(executor: ParallelExecutor) -> None:
+    outcomes = executor.map(segfault_on_5, range(200), chunksize=4, errors="return")
+    lost = [i for i, value in enumerate(outcomes) if isinstance(value, ChildCrashedError)]
+    assert lost == [4, 5, 6, 7]
+    assert outcomes[4].signal_name == "SIGSEGV"
+    assert "chunk 1, items 4..7 were lost with it" in "\n".join(outcomes[4].__notes__)
+    assert [v for i, v in enumerate(outcomes) if i not in lost] == [i for i in range(200) if i not in lost]
+    assert executor.map(uneven, range(100), chunksize=10) == [uneven(n) for n in range(100)]  # pool healed
+
+
 def test_what_cannot_be_sent_to_a_process_fails_before_it_runs(executor: ParallelExecutor) -> None:
     with pytest.raises(SubmitError, match="define it at module level"):
         executor.map(lambda n: n, range(200), chunksize=10)
@@ -184,25 +207,27 @@ def test_children_die_with_the_parent_even_by_sigkill(tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent(
             """
-            import os, sys, time
+            import threading, time
             from foundry.execute.parallel import ParallelExecutor
-
-            def forever(n):
-                time.sleep(60)
-                return n
+            from tests.execute.test_parallel import forever
 
             if __name__ == "__main__":
                 ex = ParallelExecutor(workers=2)
-                pool = ex._get_pool()
-                futures = [pool.submit(forever, i) for i in range(2)]
-                time.sleep(0.5)
-                print(" ".join(str(p) for p in pool._processes), flush=True)
+                threading.Thread(target=ex.map, args=(forever, range(4)), kwargs={"chunksize": 1}).start()
+                while len(ex._get_pool().pids()) < 2:
+                    time.sleep(0.05)
+                time.sleep(0.3)
+                print(" ".join(str(p) for p in ex._get_pool().pids()), flush=True)
                 time.sleep(60)
             """
         )
     )
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ}
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         assert proc.stdout is not None

@@ -61,8 +61,10 @@ from typing import Any, Literal
 
 from foundry.decide.model import Decision
 from foundry.errors import CancelledError, OverloadError, SubmitError, WorkTimeoutError
+from foundry.execute._task import Task
 from foundry.execute.instrument import IdMaker, UnitMetrics, check_in_process_options
-from foundry.handle import FutureSource, Handle
+from foundry.execute.processes import ProcessPool
+from foundry.handle import FutureSource, Handle, Outcome
 from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
@@ -265,26 +267,6 @@ def _run_chunk(fn: Callable[..., Any], start: int, payload: bytes, kwargs: dict[
     return start, results, failures, time.process_time() - cpu
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Children die when the parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``)."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _make_pool(workers: int, name: str) -> cf.Executor:
-    import multiprocessing
-
-    return cf.ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("fork"), initializer=_die_with_parent
-    )
-
-
 # -- the parent side ------------------------------------------------------------------
 
 
@@ -382,7 +364,7 @@ class ParallelExecutor:
         self._cpu = self.metrics.gauge(
             names.CPU_UTILISATION, "Fraction of the workers' cores kept busy", ("unit",)
         ).labels(name)
-        self._pool: cf.Executor | None = None
+        self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
         self.plans: deque[ChunkPlan] = deque(maxlen=32)
 
@@ -390,17 +372,28 @@ class ParallelExecutor:
     def last_plan(self) -> ChunkPlan | None:
         return self.plans[-1] if self.plans else None
 
-    def _get_pool(self) -> cf.Executor:
+    def _get_pool(self) -> ProcessPool:
+        """Part of ``processes``' crash-contained pool, running :func:`_run_chunk`: a child
+        that dies fails only its chunk, children die with the parent, and cancelling a
+        run kills the children still computing its chunks."""
         with self._lock:
             if self._pool is None:
-                self._pool = _make_pool(self.workers, self.name)
+                self._pool = ProcessPool(
+                    f"{self.name}.chunks",
+                    __name__,
+                    _run_chunk.__qualname__,
+                    workers=self.workers,
+                    max_pending=self.workers * IN_FLIGHT_PER_WORKER,
+                    short=False,  # never hand chunks ahead: cancellation stays exact
+                    registry=self.metrics,
+                )
             return self._pool
 
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.close()
         self._m.flush()
 
     # -- one run ----------------------------------------------------------------
@@ -551,7 +544,17 @@ class ParallelExecutor:
             ) from exc
         pool = self._get_pool()
         bounds = [(s, min(s + plan.chunksize, len(data))) for s in range(start, len(data), plan.chunksize)]
-        pending: dict[cf.Future[Any], tuple[int, int, int]] = {}
+        pending: dict[Task, tuple[int, int, int]] = {}
+        finished: deque[Task] = deque()
+        arrived = threading.Event()
+
+        def on_done(task: Task) -> Callable[[], None]:
+            def done() -> None:
+                finished.append(task)
+                arrived.set()
+
+            return done
+
         next_chunk = 0
         done_items = start
         limit = self.workers * IN_FLIGHT_PER_WORKER
@@ -559,42 +562,42 @@ class ParallelExecutor:
             while next_chunk < len(bounds) or pending:
                 while next_chunk < len(bounds) and len(pending) < limit:
                     lo, hi = bounds[next_chunk]
-                    future = pool.submit(_run_chunk, fn, lo, self._payload(data, lo, hi), kw)
-                    pending[future] = (next_chunk, lo, hi)
+                    sent: Task = pool.submit((fn, lo, self._payload(data, lo, hi), kw), {})
+                    pending[sent] = (next_chunk, lo, hi)
+                    sent.add_done_callback(on_done(sent))
                     self._in_chunks += hi - lo
                     next_chunk += 1
                 self._check_stop(run, done_items)
                 deadline = run.deadline
-                wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
-                finished, _ = cf.wait(pending, wait, return_when=cf.FIRST_COMPLETED)
-                for future in finished:
-                    number, lo, hi = pending.pop(future)
+                arrived.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic())))
+                arrived.clear()
+                while finished:
+                    done = finished.popleft()
+                    number, lo, hi = pending.pop(done)
                     self._in_chunks -= hi - lo
-                    self._collect(future, run, number, lo, hi)
+                    self._collect(done.outcome(), run, number, lo, hi)
                     done_items += hi - lo
                     bar.advance(hi - lo)
         finally:
-            for future, (_, lo, hi) in pending.items():
-                if future.cancel():
-                    self._in_chunks -= hi - lo
+            for task, (_, lo, hi) in pending.items():
+                task.cancel()  # queued: dropped; running: its child is killed and replaced
+                self._in_chunks -= hi - lo
 
-    def _collect(self, future: cf.Future[Any], run: _Run, number: int, lo: int, hi: int) -> None:
-        try:
-            _, results, failures, cpu = future.result()
-        except Exception as exc:  # the chunk as a whole failed (a child died, results unpicklable)
-            exc.add_note(f"parallel {self.name!r}: chunk {number} (items {lo}..{hi - 1}) was lost with it")
+    def _collect(self, outcome: Outcome, run: _Run, number: int, lo: int, hi: int) -> None:
+        where = f"chunk {number}, items {lo}..{hi - 1}"
+        if outcome.error is not None:  # the chunk as a whole failed (its child died, say)
+            error = outcome.error
+            error.add_note(f"parallel {self.name!r}: {where} were lost with it")
             for index in range(lo, hi):
-                run.failures[index] = run.results[index] = exc
+                run.failures[index] = run.results[index] = error
             self._m.failed.inc(hi - lo)
             return
+        _, results, failures, cpu = outcome.value
         run.results[lo:hi] = results
         run.cpu += cpu
         for index, portable in failures:
             error = portable if isinstance(portable, BaseException) else decode_error(portable)
-            error.add_note(
-                f"parallel {self.name!r}: item {index} failed (chunk {number}, items {lo}..{hi - 1})"
-            )
-            self._record(run, index, error)
+            self._record(run, index, error, where)
         self._m.failed.inc(len(failures))
         self._m.completed.inc(hi - lo - len(failures))
 

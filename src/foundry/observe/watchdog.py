@@ -61,11 +61,7 @@ _INFRA_MODULES = (
     "contextlib",
     "functools",
     "uvloop",
-    "foundry.execute",
-    "foundry.observe",
-    "foundry.handle",
-    "foundry.runtime",
-    "foundry.units",
+    "foundry.",  # Foundry's own modules, except the demos and examples below
 )
 _USER_MODULES = ("foundry.demos", "foundry.examples")
 _LIBRARY_DIRS = tuple(
