@@ -21,7 +21,8 @@ How it runs:
   in the caller, whose results are kept) sizes chunks so that each carries at least a few
   milliseconds of work (IPC stays small) and there are about four chunks per worker (a
   slow chunk cannot hold the join for long: load imbalance is bounded by one chunk).
-- **Map**: chunks go to a process pool (children die with the parent), at most two per
+- **Map**: chunks go to the ``processes`` model's crash-contained pool (a child that
+  dies loses its chunk only; children die with the parent), at most two per
   worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an
   item that cannot be sent fails with :class:`~foundry.errors.SubmitError` naming its index.
 - **Merge**: results are put back in input order at the join (``merge=`` reduces them).
