@@ -340,17 +340,15 @@ def test_a_job_past_its_timeout_fails_with_work_timeout(env: Env) -> None:
 
 
 def test_prefetch_one_holds_one_job_at_a_time(env: Env) -> None:
-    backend = open_queue_backend(env.url)
-    try:
-        handles = [env.unit("sleepy").submit(0.05) for _ in range(6)]
-        env.worker(concurrency=4, prefetch=1)
-        seen = []
-        while not all(h.done() for h in handles):
-            seen.append(backend.stats("default").running)
-        assert max(seen) <= 1
-        assert [h.result(timeout=30) for h in handles] == [0.05] * 6
-    finally:
-        backend.close()
+    handles = [env.unit("sleepy").submit(0.05) for _ in range(6)]
+    w = env.worker(concurrency=4, prefetch=1)
+    seen = []
+    while not all(h.done() for h in handles):
+        with w.loops[0].lock:
+            seen.append(len(w.loops[0].held))
+        seen.append(int(env.app.metrics.value(names.UNIT_IN_FLIGHT, unit="sleepy")))
+    assert max(seen) <= 1  # never two jobs held, never two running, although 4 threads are free
+    assert [h.result(timeout=30) for h in handles] == [0.05] * 6
 
 
 def test_graceful_stop_finishes_running_jobs_and_gives_back_the_rest(env: Env) -> None:

@@ -49,6 +49,7 @@ __all__ = ["JobEvent", "Worker", "backoff_delay"]
 log = logging.getLogger("foundry.queue.worker")
 
 T = TypeVar("T")
+BATCH_WINDOW = 0.001  # the longest a claim or an ack waits for company (latency traded for commits)
 PURGE_EVERY = 600.0  # seconds between deletions of finished jobs past their result_ttl
 
 
@@ -101,7 +102,7 @@ class _Job:
     queue: _QueueLoop
     lost: bool = False  # its outcome is written or no longer ours to write (released, timed out)
     stale: bool = False  # a heartbeat found the token stale: stop extending, still try to complete
-    acking: bool = False  # finished; its completion waits for the ack thread (still held, still leased)
+    acking: bool = False  # finished; its completion waits for the ack thread (still leased)
     started: float | None = None
     child: BaseProcess | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -181,6 +182,10 @@ class _QueueLoop:
                 pause = min(pause * 2, 2.0)
                 continue
             pause = 0.05
+            if 0 < len(got) < room:
+                # The queue ran dry mid-batch: jobs trickle in. Let a few gather (at most
+                # BATCH_WINDOW) rather than pay a transaction per job.
+                w.stopping.wait(BATCH_WINDOW)
             if got:
                 self.idle = False
                 with self.cond:
@@ -215,6 +220,9 @@ class _QueueLoop:
                     self.ack_cond.wait(0.5)
                 if not self.acks:
                     return
+                if len(self.acks) < self.concurrency and not w.hard.is_set():
+                    # A few more are about to finish: one transaction for them all.
+                    self.ack_cond.wait(BATCH_WINDOW)
                 batch, self.acks = self.acks[:256], self.acks[256:]
                 self.acking = len(batch)
             items = [(job.claimed.id, job.claimed.token, data) for job, data, _ in batch]
@@ -225,7 +233,6 @@ class _QueueLoop:
             else:
                 results = [w.persist("completion", functools.partial(w.backend.complete, *i)) for i in items]
             for (job, _, model), ok in zip(batch, results, strict=True):
-                self.done(job)
                 w.acked(job, model, ok)
             with self.ack_cond:
                 self.acking = 0
@@ -268,14 +275,14 @@ class _QueueLoop:
             except BaseException:  # pragma: no cover - execute() records every outcome itself
                 log.exception("worker %s: job %s crashed the runner", w.name, job.claimed.id)
             finally:
-                if not job.acking:
-                    self.done(job)
+                self.done(job)
 
     def done(self, job: _Job) -> None:
-        """The job no longer counts against prefetch."""
+        """The job no longer counts against prefetch (wake the claimer when it may refill)."""
         with self.cond:
             self.held.pop(job.claimed.id, None)
-            self.cond.notify()
+            if not self.buffer or self.prefetch - len(self.held) >= self.prefetch // 2:
+                self.cond.notify()
 
     def give_back_waiting(self) -> None:
         """Release the jobs claimed but not started (graceful stop)."""
@@ -364,6 +371,7 @@ class Worker:
         self._async_lock = threading.Lock()
         self._beat: threading.Thread | None = None
         self._started = False
+        self._specs: dict[str, UnitSpec] = {}
         m = self.ctx.metrics
         self._m_done = m.counter(names.UNIT_COMPLETED, "units completed", ("unit", "model"))
         self._m_failed = m.counter(names.UNIT_FAILED, "units failed", ("unit", "model"))
@@ -529,6 +537,8 @@ class Worker:
     # -- running one job -------------------------------------------------------------
 
     def _event(self, kind: str, c: Claimed, detail: str = "") -> None:
+        if self.on_event is None and not log.isEnabledFor(logging.DEBUG):
+            return
         event = JobEvent(kind, c.id, c.unit, c.queue, c.deliveries, c.attempts + 1, time.time(), detail)
         log.debug("job %s %s %s", c.id, kind, detail)
         if self.on_event is not None:
@@ -557,8 +567,12 @@ class Worker:
 
     def _spec(self, job: _Job) -> UnitSpec | None:
         c = job.claimed
+        spec = self._specs.get(c.unit)
+        if spec is not None:
+            return spec
         try:
-            return self.ctx.lookup(c.unit)
+            spec = self._specs[c.unit] = self.ctx.lookup(c.unit)
+            return spec
         except (NotFoundError, KeyError) as exc:
             known = ", ".join(sorted(self.app.units)) or "none"
             self._dead(
