@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from foundry import Foundry
-from foundry.errors import ChildCrashedError, SubmitError
+from foundry.errors import ChildCrashedError, SubmitError, WorkTimeoutError
 from foundry.execute.parallel import (
     DEFAULT_THRESHOLD,
     ParallelExecutor,
@@ -150,6 +150,22 @@ def test_a_crashing_item_loses_only_its_own_chunk(executor: ParallelExecutor) ->
     assert "chunk 1, items 4..7 were lost with it" in "\n".join(outcomes[4].__notes__)
     assert [v for i, v in enumerate(outcomes) if i not in lost] == [i for i in range(200) if i not in lost]
     assert executor.map(uneven, range(100), chunksize=10) == [uneven(n) for n in range(100)]  # pool healed
+
+
+def test_a_timeout_kills_the_children_still_computing_the_run() -> None:
+    ex = ParallelExecutor(workers=2, name="slow")
+    try:
+        ex.map(uneven, range(100), chunksize=10)  # start the children
+        before = set(ex._get_pool().pids())
+        with pytest.raises(WorkTimeoutError, match="timed out"):
+            ex.map(forever, range(4), chunksize=1, timeout=0.3)
+        deadline = time.monotonic() + 10
+        while not all(_alive(pid) is False for pid in before) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in before)  # killed, not left computing for 60 s
+        assert ex.map(uneven, range(100), chunksize=10) == [uneven(n) for n in range(100)]
+    finally:
+        ex.close()
 
 
 def test_what_cannot_be_sent_to_a_process_fails_before_it_runs(executor: ParallelExecutor) -> None:

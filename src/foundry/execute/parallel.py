@@ -25,7 +25,7 @@ How it runs:
   dies loses its chunk only; children die with the parent), at most two per
   worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an
   item that cannot be sent fails with :class:`~foundry.errors.SubmitError` naming its index.
-- **Merge**: results are put back in input order at the join (``merge=`` reduces them).
+- **Merge**: results are put back in input order at the join.
   A failed item raises its original exception type, noted with its index and chunk; the
   other chunks still complete (``errors="return"`` keeps every outcome).
 
