@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -85,7 +85,10 @@ __all__ = [
     "StreamConfig",
     "StreamInfo",
     "check_name",
+    "check_partition",
+    "gap_reason",
     "partition_for",
+    "resolve_start",
     "unknown_group",
 ]
 
@@ -407,3 +410,55 @@ def out_of_range(stream: str, group: str, partition: int, asked: str, first: int
         f"retention kept only offsets {first}..{last}. Fix: replay from offset {first} or later "
         "(or Start.beginning()), or raise the stream's retention (max_age / max_events / max_bytes)"
     )
+
+
+def check_partition(config: StreamConfig, partition: int) -> None:
+    if not 0 <= partition < config.partitions:
+        raise NotFoundError(
+            f"stream {config.name!r} has partitions 0..{config.partitions - 1}, not {partition}. "
+            "Fix: pass a partition in that range"
+        )
+
+
+def gap_reason(config: StreamConfig, group: str, lo: int, hi: int) -> str:
+    """The reason of the dead-letter record for offsets lost to retention."""
+    limits = ", ".join(
+        f"{name}={getattr(config, name)}"
+        for name in ("max_age", "max_events", "max_bytes")
+        if getattr(config, name) is not None
+    )
+    return (
+        f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
+        f"{group!r} processed them"
+    )
+
+
+def resolve_start(
+    config: StreamConfig,
+    group: str,
+    start: Start,
+    partition: int,
+    first: int,
+    last: int,
+    first_time: Callable[[], float],
+    offset_at: Callable[[float], int],
+) -> int | None:
+    """The next offset to deliver on ``partition`` for ``start`` (``None``: an offset
+    mapping that does not name this partition). ``first_time()`` is the timestamp of the
+    first retained event, ``offset_at(t)`` the first offset appended at or after ``t``.
+    Raises :class:`NotFoundError` when ``start`` lies before what retention kept."""
+    if start.kind == "beginning":
+        return first
+    if start.kind == "end":
+        return last + 1
+    if start.kind == "offset":
+        wanted = start.offset_for(partition)
+        if wanted is None:
+            return None
+        if wanted < first:
+            raise out_of_range(config.name, group, partition, f"offset {wanted}", first, last)
+        return min(wanted, last + 1)
+    assert start.time is not None
+    if first > 1 and start.time <= first_time():
+        raise out_of_range(config.name, group, partition, f"time {start.time:.3f}", first, last)
+    return offset_at(start.time)

@@ -67,6 +67,8 @@ from foundry.backends.stream.base import (
     StreamConfig,
     StreamInfo,
     check_name,
+    check_partition,
+    gap_reason,
     out_of_range,
     partition_for,
     unknown_group,
@@ -249,13 +251,6 @@ class NatsStreamBackend:
         )
         self._configs[stream] = config
         return config
-
-    def _check_partition(self, config: StreamConfig, partition: int) -> None:
-        if not 0 <= partition < config.partitions:
-            raise NotFoundError(
-                f"stream {config.name!r} has partitions 0..{config.partitions - 1}, not {partition}. "
-                "Fix: pass a partition in that range"
-            )
 
     # -- streams ---------------------------------------------------------------
 
@@ -505,7 +500,7 @@ class NatsStreamBackend:
             chosen = list(range(config.partitions)) if partitions is None else list(partitions)
             old = {}
             for p in chosen:
-                self._check_partition(config, p)
+                check_partition(config, p)
                 old[p] = await self._consumer_info(stream, group, p)
             fresh = {p: await self._start_config(config, group, start, p) for p in chosen}
             for p, consumer in fresh.items():
@@ -522,7 +517,7 @@ class NatsStreamBackend:
 
     async def _prepare(self, stream: str, group: str, partition: int, ack_deadline: float) -> _Part:
         config = await self._config_async(stream)
-        self._check_partition(config, partition)
+        check_partition(config, partition)
         state = self._state(stream, group, partition)
         if not state.known or state.ack_wait != ack_deadline:
             info = await self._consumer_info(stream, group, partition)
@@ -646,16 +641,7 @@ class NatsStreamBackend:
         )
 
     async def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
-        config = await self._config_async(stream)
-        limits = ", ".join(
-            f"{name}={getattr(config, name)}"
-            for name in ("max_age", "max_events", "max_bytes")
-            if getattr(config, name) is not None
-        )
-        reason = (
-            f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
-            f"{group!r} processed them"
-        )
+        reason = gap_reason(await self._config_async(stream), group, lo, hi)
         record = {
             "g": group,
             "p": partition,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -51,12 +52,14 @@ from foundry.backends.stream.base import (
     StreamConfig,
     StreamInfo,
     check_name,
-    out_of_range,
+    check_partition,
+    gap_reason,
     partition_for,
+    resolve_start,
     unknown_group,
     unknown_stream,
 )
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["RedisStreamBackend"]
 
@@ -329,8 +332,8 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
-    return {_s(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+def _constant(value: int, _when: float) -> int:
+    return value
 
 
 def _offset(entry_id: Any) -> int:
@@ -423,13 +426,6 @@ class RedisStreamBackend:
         )
         self._configs[stream] = config
         return config
-
-    def _check_partition(self, config: StreamConfig, partition: int) -> None:
-        if not 0 <= partition < config.partitions:
-            raise NotFoundError(
-                f"stream {config.name!r} has partitions 0..{config.partitions - 1}, not {partition}. "
-                "Fix: pass a partition in that range"
-            )
 
     # -- streams ---------------------------------------------------------------
 
@@ -553,23 +549,18 @@ class RedisStreamBackend:
     ) -> dict[int, int]:
         targets: dict[int, int] = {}
         for p in partitions:
-            first, last, first_ts, target, _, _ = self._locate(config.name, p, when=start.time)
-            first, last, target = int(first), int(last), int(target)
-            if start.kind == "beginning":
-                targets[p] = first
-            elif start.kind == "end":
-                targets[p] = last + 1
-            elif start.kind == "offset":
-                wanted = start.offset_for(p)
-                if wanted is None:
-                    continue
-                if wanted < first:
-                    raise out_of_range(config.name, group, p, f"offset {wanted}", first, last)
-                targets[p] = min(wanted, last + 1)
-            else:
-                assert start.time is not None
-                if first > 1 and start.time <= first_ts:
-                    raise out_of_range(config.name, group, p, f"time {start.time:.3f}", first, last)
+            first, last, first_ts, at_time, _, _ = self._locate(config.name, p, when=start.time)
+            target = resolve_start(
+                config,
+                group,
+                start,
+                p,
+                int(first),
+                int(last),
+                functools.partial(float, first_ts),
+                functools.partial(_constant, int(at_time)),
+            )
+            if target is not None:
                 targets[p] = target
         return targets
 
@@ -601,7 +592,7 @@ class RedisStreamBackend:
             raise unknown_group(stream, group, self._group_names(stream))
         chosen = list(range(config.partitions)) if partitions is None else list(partitions)
         for p in chosen:
-            self._check_partition(config, p)
+            check_partition(config, p)
         for p, target in self._targets(config, group, start, chosen).items():
             self._run(
                 "seek", [self._pkey(stream, p)], [group, f"{max(target - 1, 0)}-0"], "seek", stream, group
@@ -623,7 +614,7 @@ class RedisStreamBackend:
         if max < 1:
             raise ValueError(f"read max={max} must be ≥ 1")
         config = self._config(stream)
-        self._check_partition(config, partition)
+        check_partition(config, partition)
         key = self._pkey(stream, partition)
         ack_ms = int(ack_deadline * 1000)
         until = time.monotonic() + (timeout if timeout > 0 else 0.0)
@@ -682,16 +673,7 @@ class RedisStreamBackend:
         )
 
     def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
-        config = self._config(stream)
-        limits = ", ".join(
-            f"{name}={getattr(config, name)}"
-            for name in ("max_age", "max_events", "max_bytes")
-            if getattr(config, name) is not None
-        )
-        reason = (
-            f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
-            f"{group!r} processed them"
-        )
+        reason = gap_reason(self._config(stream), group, lo, hi)
         with self._errors("record gap"):
             self._r.xadd(
                 f"{self._tag(stream)}:dead",
@@ -710,7 +692,7 @@ class RedisStreamBackend:
             )
 
     def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
-        self._check_partition(self._config(stream), partition)
+        check_partition(self._config(stream), partition)
         self._run("commit", [self._pkey(stream, partition)], [group, offset], "commit", stream, group)
 
     def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:

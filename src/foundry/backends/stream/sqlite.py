@@ -42,12 +42,14 @@ from foundry.backends.stream.base import (
     StreamConfig,
     StreamInfo,
     check_name,
-    out_of_range,
+    check_partition,
+    gap_reason,
     partition_for,
+    resolve_start,
     unknown_group,
     unknown_stream,
 )
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteStreamBackend"]
 
@@ -222,12 +224,7 @@ class SqliteStreamBackend:
         ).fetchone()
         if row is not None:
             return int(row[0]), int(row[1])
-        config = self._config(stream, conn)
-        if not 0 <= partition < config.partitions:
-            raise NotFoundError(
-                f"stream {stream!r} has partitions 0..{config.partitions - 1}, not {partition}. "
-                "Fix: pass a partition in that range"
-            )
+        check_partition(self._config(stream, conn), partition)
         raise unknown_group(stream, group, self._groups(conn, stream))
 
     # -- streams ---------------------------------------------------------------
@@ -472,22 +469,16 @@ class SqliteStreamBackend:
         targets: dict[int, int] = {}
         for p in partitions:
             first, last, _, _ = parts[p]
-            if start.kind == "beginning":
-                targets[p] = first
-            elif start.kind == "end":
-                targets[p] = last + 1
-            elif start.kind == "offset":
-                wanted = start.offset_for(p)
-                if wanted is None:
-                    continue
-                if wanted < first:
-                    raise out_of_range(config.name, group, p, f"offset {wanted}", first, last)
-                targets[p] = min(wanted, last + 1)
-            else:
-                assert start.time is not None
-                if first > 1 and start.time <= self._ts(conn, config.name, p, first):
-                    raise out_of_range(config.name, group, p, f"time {start.time:.3f}", first, last)
-                targets[p] = self._last_before(conn, config.name, p, first, last, start.time) + 1
+
+            def first_time(p: int = p, first: int = first) -> float:
+                return self._ts(conn, config.name, p, first)
+
+            def offset_at(t: float, p: int = p, first: int = first, last: int = last) -> int:
+                return self._last_before(conn, config.name, p, first, last, t) + 1
+
+            target = resolve_start(config, group, start, p, first, last, first_time, offset_at)
+            if target is not None:
+                targets[p] = target
         return targets
 
     def create_group(self, stream: str, group: str, start: Start) -> bool:
@@ -636,12 +627,6 @@ class SqliteStreamBackend:
     def _record_gap(
         self, conn: sqlite3.Connection, stream: str, group: str, partition: int, lo: int, hi: int, now: float
     ) -> None:
-        config = self._config(stream, conn)
-        limits = ", ".join(
-            f"{name}={getattr(config, name)}"
-            for name in ("max_age", "max_events", "max_bytes")
-            if getattr(config, name) is not None
-        )
         conn.execute(
             _INSERT_DEAD,
             (
@@ -653,8 +638,7 @@ class SqliteStreamBackend:
                 "",
                 None,
                 None,
-                f"offsets {lo}..{hi} were removed by retention ({limits or 'trimmed'}) before group "
-                f"{group!r} processed them",
+                gap_reason(self._config(stream, conn), group, lo, hi),
                 None,
                 0,
                 now,
