@@ -123,12 +123,20 @@ def test_intake_gauges_show_depth_age_and_busy_workers(app: Foundry, gate: threa
 # -- pool deadlock ------------------------------------------------------------------------
 
 
-def _nested(app: Foundry, workers: int, inner_timeout: float | None = None) -> WorkUnit:
+def _nested(app: Foundry, workers: int, inner_timeout: float | None = None, together: int = 1) -> WorkUnit:
+    """A unit that submits ``depth - 1`` to its own pool and waits; the first ``together``
+    outer calls meet before submitting, so they all hold a worker at the same time."""
     units: dict[str, WorkUnit] = {}
+    meet = threading.Barrier(together)
 
     def outer(depth: int) -> int:
         if depth == 0:
             return 0
+        if together > 1 and not meet.broken:
+            try:
+                meet.wait(10)
+            except threading.BrokenBarrierError:
+                pass
         return 1 + int(units["u"].submit(depth - 1).result(inner_timeout))
 
     units["u"] = app.work(model="bounded_pool", workers=workers, name=f"nested{workers}")(outer)
@@ -136,7 +144,7 @@ def _nested(app: Foundry, workers: int, inner_timeout: float | None = None) -> W
 
 
 def test_pool_deadlock_raises_at_once_instead_of_hanging(app: Foundry) -> None:
-    nested = _nested(app, workers=2)
+    nested = _nested(app, workers=2, together=2)
     gate = threading.Barrier(2)
 
     def both_start(depth: int) -> int:
@@ -187,10 +195,12 @@ def test_legitimate_nested_waits_complete(app: Foundry) -> None:
 
 def test_timeout_handlers_see_a_doomed_timed_wait_as_a_timeout(app: Foundry) -> None:
     units: dict[str, WorkUnit] = {}
+    both = threading.Barrier(2)
 
     def poll_then_give_up(depth: int) -> str:
         if depth == 0:
             return "leaf"
+        both.wait(10)  # both workers are outer tasks before either submits its leaf
         try:
             return str(units["u"].submit(0).result(timeout=0.05))
         except ResultTimeoutError:
