@@ -6,7 +6,8 @@ means one job at a time). One heartbeat thread extends the lease of every job it
 holds, so a job runs as long as it needs while its worker lives, and is redelivered
 on *its own* lease's lapse when the worker dies. Each job runs on its unit's execution
 model: a plain function on a runner thread, a coroutine on the worker's event loop,
-an ``isolate=True`` (``processes``) unit in a child process of its own.
+an ``isolate=True`` (``processes``) unit on the ``processes`` model's pool of child
+processes (``foundry.execute.processes``: a crash or a timeout kills only its child).
 
 Outcomes: success writes the single completion record; a failure is retried with
 exponential back-off and jitter while ``retries`` and ``retry_on`` allow, else the job
@@ -33,15 +34,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from typing import Any, Protocol, TypeVar
 
 from foundry.backends.queue import Claimed, QueueBackend
-from foundry.deliver._isolate import run_isolated
 from foundry.deliver.queue import QueueRuntime, queue_of, release_runtime, runtime_for
 from foundry.errors import BackendError, NotFoundError, SubmitError, WorkTimeoutError
+from foundry.handle import Handle
 from foundry.observe import names
-from foundry.runtime import RuntimeContext, UnitSpec
+from foundry.runtime import Runner, RuntimeContext, SubmitOptions, UnitSpec
 from foundry.serialize import encode_error, get_codec
 
 __all__ = ["JobEvent", "Worker", "backoff_delay"]
@@ -104,7 +104,7 @@ class _Job:
     stale: bool = False  # a heartbeat found the token stale: stop extending, still try to complete
     acking: bool = False  # finished; its completion waits for the ack thread (still leased)
     started: float | None = None
-    child: BaseProcess | None = None
+    child: Handle | None = None  # the job's run in a child process (cancel() kills it)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -372,6 +372,7 @@ class Worker:
         self._beat: threading.Thread | None = None
         self._started = False
         self._specs: dict[str, UnitSpec] = {}
+        self._children: dict[str, Runner] = {}  # unit -> its processes-model runner
         m = self.ctx.metrics
         self._m_done = m.counter(names.UNIT_COMPLETED, "units completed", ("unit", "model"))
         self._m_failed = m.counter(names.UNIT_FAILED, "units failed", ("unit", "model"))
@@ -426,9 +427,8 @@ class Worker:
         for loop in self.loops:
             for job in loop.running():
                 self.give_back(job)
-                child = job.child
-                if child is not None and child.is_alive():
-                    child.kill()
+                if job.child is not None:
+                    job.child.cancel()
         for loop in self.loops:
             loop.flush(max(1.0, deadline - time.monotonic()))
         self.hard.set()
@@ -439,6 +439,8 @@ class Worker:
             self._beat.join(2.0)
         if self._async is not None:
             self._async.close()
+        for runner in self._children.values():
+            runner.close(5.0)
         self._finished.set()
         release_runtime(self.runtime)
 
@@ -515,11 +517,8 @@ class Worker:
     def _time_out(self, job: _Job) -> None:
         """A running job past its timeout: kill its child, or (a thread cannot be
         stopped) fail the attempt now and discard the thread's late result."""
-        child = job.child
-        if child is not None:
-            if child.is_alive():
-                child.kill()  # run_isolated then raises ChildCrashedError; recorded as a timeout
-            return
+        if job.child is not None:
+            return  # the processes model kills the child at its timeout itself
         if not self._take(job):
             return
         error = WorkTimeoutError(
@@ -613,14 +612,21 @@ class Worker:
     def _invoke(self, job: _Job, spec: UnitSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         c = job.claimed
         if spec.traits.isolate or spec.decision.execution == "processes":
-
-            def started(proc: BaseProcess) -> None:
-                job.child = proc
-
-            return run_isolated(spec, args, kwargs, timeout=c.timeout, started=started)
+            handle = self._process_runner(spec).submit(tuple(args), kwargs, SubmitOptions(timeout=c.timeout))
+            job.child = handle
+            return handle.result()
         if spec.is_async:
             return self._loop().run(spec.fn(*args, **kwargs), c.timeout)
         return spec.fn(*args, **kwargs)
+
+    def _process_runner(self, spec: UnitSpec) -> Runner:
+        with self._async_lock:
+            runner = self._children.get(spec.name)
+            if runner is None:
+                from foundry.execute.processes import make_runner
+
+                runner = self._children[spec.name] = make_runner(spec, self.ctx)
+            return runner
 
     def _loop(self) -> _Loop:
         with self._async_lock:
