@@ -194,6 +194,35 @@ def test_redelivery_after_ack_deadline_keeps_order(backend: StreamBackend, make_
     assert [(e.offset, e.deliveries) for e in rest] == [(4, 1), (5, 1), (6, 1)]
 
 
+def test_a_new_owner_gets_the_dead_owners_events_before_newer_ones(
+    backend: StreamBackend, make_stream: MakeStream
+) -> None:
+    s = make_stream()
+    backend.append(s.name, events(6))
+    backend.create_group(s.name, "g", Start.beginning())
+    # Given an owner in another process that read 1..3 and died without committing ...
+    other = open_stream_backend(backend.url)
+    try:
+        assert other.acquire(s.name, "g", 0, "dead", ttl=0.3)
+        got = other.read(s.name, "g", 0, "dead", max=3, ack_deadline=0.6, timeout=1)
+        assert [e.offset for e in got] == [1, 2, 3]
+    finally:
+        other.close()
+    # ... when the next owner takes the lease over and reads at once, it gets nothing newer ...
+    time.sleep(0.35)
+    assert backend.acquire(s.name, "g", 0, "next", ttl=30)
+    assert backend.read(s.name, "g", 0, "next", max=3, ack_deadline=0.6, timeout=0.1) == []
+    # ... and once the deadline passed, 1..3 come back first, then 4..6.
+    seen: list[tuple[int, int]] = []
+    until = time.monotonic() + 10
+    while len(seen) < 6 and time.monotonic() < until:
+        got = backend.read(s.name, "g", 0, "next", max=3, ack_deadline=0.6, timeout=0.5)
+        seen.extend((e.offset, e.deliveries) for e in got)
+        if got:
+            backend.commit(s.name, "g", 0, got[-1].offset)
+    assert seen == [(1, 2), (2, 2), (3, 2), (4, 1), (5, 1), (6, 1)]
+
+
 def test_partial_redelivery_takes_a_prefix(backend: StreamBackend, make_stream: MakeStream) -> None:
     s = make_stream()
     backend.append(s.name, events(4))

@@ -134,8 +134,9 @@ class _Part:
     floor: int = 0
     hi: int = 0
     ack_wait: float | None = None
-    out: dict[int, Msg] = field(default_factory=dict)
-    held: dict[int, Msg] = field(default_factory=dict)
+    out: dict[int, Msg] = field(default_factory=dict)  # handed out, not committed
+    redo: dict[int, Msg] = field(default_factory=dict)  # redelivered, waiting for their turn
+    held: dict[int, Msg] = field(default_factory=dict)  # newer than the window, held back
     checked_retention: float = 0.0
 
 
@@ -531,6 +532,7 @@ class NatsStreamBackend:
                 state.floor = delivered - int(info.num_ack_pending or 0)
                 state.held.clear()
                 state.out.clear()
+                state.redo.clear()
                 state.known = True
         if state.sub is None:
             state.sub = await self._js.pull_subscribe_bind(
@@ -558,6 +560,9 @@ class NatsStreamBackend:
             until = time.monotonic() + (timeout if timeout > 0 else 0.0)
             try:
                 while True:
+                    ready = self._take(state, limit)
+                    if ready:
+                        return [self._event(stream, partition, m) for m in ready]
                     if state.floor >= state.hi and state.held:
                         return await self._release_held(stream, group, partition, state, limit)
                     remaining = until - time.monotonic()
@@ -567,12 +572,10 @@ class NatsStreamBackend:
                         )
                     except (TimeoutError, nats.errors.TimeoutError):
                         msgs = []
-                    ready = self._sort(state, msgs)
-                    if ready:
-                        return [self._event(stream, partition, m) for m in ready]
-                    if not msgs and state.floor < state.hi:
+                    self._sort(state, msgs)
+                    if not msgs and state.floor < state.hi and state.floor + 1 not in state.redo:
                         await self._pending_lost_to_retention(stream, group, partition, state)
-                    if until - time.monotonic() <= 0 and not (state.floor >= state.hi and state.held):
+                    if until - time.monotonic() <= 0 and not self._can_hand_out(state):
                         return []
             except BaseException:
                 state.known = False  # resynchronise with the server on the next read
@@ -580,19 +583,32 @@ class NatsStreamBackend:
 
         return self._call(run, "read", timeout=timeout + 5.0)
 
-    def _sort(self, state: _Part, msgs: list[Msg]) -> list[Msg]:
-        """Redeliveries of the pending window go out now (in order); newer ones wait."""
-        ready: dict[int, Msg] = {}
+    def _sort(self, state: _Part, msgs: list[Msg]) -> None:
+        """File fetched messages: redeliveries of the pending window ``(floor, hi]`` wait in
+        ``redo`` to go out in order; newer ones are held until nothing is pending."""
         for msg in msgs:
             seq = int(msg.metadata.sequence.stream)
             if seq <= state.floor:
                 continue  # committed already (a redelivery that raced our commit)
             if seq <= state.hi:
-                ready[seq] = msg
-                state.out[seq] = msg
+                state.redo[seq] = msg  # the latest delivery of it wins
             else:
                 state.held[seq] = msg
-        return [ready[s] for s in sorted(ready)]
+
+    def _can_hand_out(self, state: _Part) -> bool:
+        return state.floor + 1 in state.redo or (state.floor >= state.hi and bool(state.held))
+
+    def _take(self, state: _Part, limit: int) -> list[Msg]:
+        """The run of redelivered messages that starts right after the committed offset:
+        nothing goes out while an earlier pending message has not come back."""
+        run: list[Msg] = []
+        seq = state.floor + 1
+        while seq in state.redo and len(run) < limit:
+            msg = state.redo.pop(seq)
+            state.out[seq] = msg
+            run.append(msg)
+            seq += 1
+        return run
 
     async def _release_held(
         self, stream: str, group: str, partition: int, state: _Part, limit: int
@@ -623,8 +639,9 @@ class NatsStreamBackend:
             lost_to = min(first - 1, state.hi)
             await self._record_gap(stream, group, partition, state.floor + 1, lost_to)
             state.floor = lost_to
-            for seq in [s for s in state.out if s <= lost_to]:
-                del state.out[seq]
+            for box in (state.out, state.redo):
+                for seq in [s for s in box if s <= lost_to]:
+                    del box[seq]
 
     def _event(self, stream: str, partition: int, msg: Msg) -> Event:
         meta = msg.metadata
@@ -671,6 +688,8 @@ class NatsStreamBackend:
         for seq in candidates:
             del state.out[seq]
         state.floor = max(candidates)
+        for seq in [s for s in state.redo if s <= state.floor]:
+            del state.redo[seq]
 
     def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
         self._call(lambda: self._commit(stream, group, partition, offset), "commit")
