@@ -427,3 +427,66 @@ def test_jobs_cli_json_is_parseable(env: Env, capsys: pytest.CaptureFixture[str]
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["unit"] == "add"
     assert rows[0]["status"] == "queued"
+
+
+# -- configuration, CLI and demo ----------------------------------------------------------------------
+
+
+def test_a_missing_driver_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "foundry.backends.queue.postgres", raising=False)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    with pytest.raises(ConfigError, match=r'pip install "foundry-exec\[postgres\]"'):
+        open_queue_backend("postgresql://u@127.0.0.1/db")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--queue", "emails=x"], "--queue"),
+        (["--queue", "=3"], "--queue"),
+        (["--lease", "soon"], "--lease"),
+        (["--concurrency", "0"], "--concurrency"),
+    ],
+)
+def test_worker_cli_refuses_bad_options(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from foundry.cli import main
+
+    assert main(["worker", "tests.deliver.queue_app:app", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_worker_cli_refuses_an_app_that_does_not_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    from foundry.cli import main
+
+    assert main(["worker", "tests.deliver.no_such_module:app", "--burst"]) != 0
+    assert "no module named" in capsys.readouterr().err
+
+
+def test_worker_cli_serves_the_queues_it_is_given(env: Env) -> None:
+    handles = [env.unit("add").submit(i, 0) for i in range(3)]
+    worker = subprocess.run(
+        [sys.executable, "-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--queue", "default=2",
+         "--prefetch", "1", "--burst", "--url", env.url],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stderr
+    assert "defaultx2 (prefetch 1)" in worker.stdout
+    assert "succeeded 3" in worker.stdout
+    assert [h.result(timeout=10) for h in handles] == [0, 1, 2]
+
+
+def test_the_demo_section_runs_on_the_embedded_queue(home: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from foundry.demos import queue as demo
+
+    out = io.StringIO()
+    demo.run(Console(file=out, width=140))
+    text = out.getvalue()
+    assert "retry 1/3" in text
+    assert "succeeded" in text
+    assert "returned the same job: True" in text

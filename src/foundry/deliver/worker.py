@@ -182,10 +182,6 @@ class _QueueLoop:
                 pause = min(pause * 2, 2.0)
                 continue
             pause = 0.05
-            if 0 < len(got) < room:
-                # The queue ran dry mid-batch: jobs trickle in. Let a few gather (at most
-                # BATCH_WINDOW) rather than pay a transaction per job.
-                w.stopping.wait(BATCH_WINDOW)
             if got:
                 self.idle = False
                 with self.cond:
@@ -196,6 +192,10 @@ class _QueueLoop:
                     self.work.notify(len(got))
                 if w.stopping.is_set():
                     self.give_back_waiting()
+                elif len(got) < room:
+                    # The queue ran dry mid-batch: jobs trickle in. Let the next few gather
+                    # (at most BATCH_WINDOW) rather than pay a transaction per job.
+                    w.stopping.wait(BATCH_WINDOW)
             elif w.burst:
                 self._check_idle()
 

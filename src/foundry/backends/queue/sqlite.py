@@ -7,7 +7,7 @@ is a private temporary file removed at ``close()`` (tests, demos). Query options
   of any process (SIGKILL included) but the last commits may be lost if the *machine*
   loses power; ``full`` survives power loss at the cost of an fsync per commit.
 * ``busy_timeout=30`` — seconds a writer waits for another process's write lock.
-* ``poll=10ms`` — the longest pause between two looks for other processes' commits.
+* ``poll=2ms`` — the longest pause between two looks for other processes' commits.
 * ``pool=8`` — read connections per process; ``prefix=foundry_`` — table name prefix.
 
 **Batched commits.** SQLite has one writer at a time. Inside a process every write
@@ -319,7 +319,7 @@ class SqliteQueue(SqlQueue):
                 "Fix: use synchronous=normal (default) or synchronous=full"
             )
         busy = positive(url, query, "busy_timeout", 30.0)
-        poll = positive(url, query, "poll", 0.010)
+        poll = positive(url, query, "poll", 0.002)
         size = int(positive(url, query, "pool", 8))
         self._file = _acquire(self.path, synchronous, busy, poll)
         self.signals = self._file.signals
