@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     unit TEXT NOT NULL,
     payload BYTEA NOT NULL,
     codec TEXT NOT NULL,
-    key TEXT UNIQUE,
+    key TEXT,
     priority INTEGER NOT NULL,
     eta DOUBLE PRECISION NOT NULL,
     status TEXT NOT NULL,
@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     finished_at DOUBLE PRECISION,
     expires_at DOUBLE PRECISION
 );
+CREATE UNIQUE INDEX IF NOT EXISTS {jobs}_key ON {jobs} (key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {jobs}_ready ON {jobs} (queue, priority DESC, eta, seq) WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS {jobs}_leased ON {jobs} (queue, lease_until) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS {jobs}_dead ON {jobs} (queue, finished_at) WHERE status = 'dead';

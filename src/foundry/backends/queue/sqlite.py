@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     unit TEXT NOT NULL,
     payload BLOB NOT NULL,
     codec TEXT NOT NULL,
-    key TEXT UNIQUE,
+    key TEXT,
     priority INTEGER NOT NULL,
     eta REAL NOT NULL,
     status TEXT NOT NULL,
@@ -78,6 +78,7 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     finished_at REAL,
     expires_at REAL
 );
+CREATE UNIQUE INDEX IF NOT EXISTS {jobs}_key ON {jobs} (key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {jobs}_ready ON {jobs} (queue, priority DESC, eta, seq) WHERE status = 'queued';
 CREATE INDEX IF NOT EXISTS {jobs}_leased ON {jobs} (queue, lease_until) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS {jobs}_dead ON {jobs} (queue, finished_at) WHERE status = 'dead';
@@ -85,6 +86,7 @@ CREATE INDEX IF NOT EXISTS {jobs}_expires ON {jobs} (expires_at) WHERE expires_a
 """
 
 _BATCH = 256  # most writes combined into one transaction
+_CHECKPOINT_BYTES = 4 << 20  # the WAL size at which the background checkpointer copies it back
 
 
 class _Op:
@@ -117,6 +119,7 @@ class _File:
         self._watch_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._checkpointer: threading.Thread | None = None
 
     # -- connections -------------------------------------------------------------
 
@@ -131,6 +134,7 @@ class _File:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it, off the hot path
         except BaseException:
             conn.close()
             raise
@@ -139,7 +143,35 @@ class _File:
     def _writer(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = self.connect(timeout=0.0)
+            self._checkpointer = threading.Thread(
+                target=self._checkpoint, name="foundry-queue-checkpoint", daemon=True
+            )
+            self._checkpointer.start()
         return self._conn
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL back into the database in the background (a PASSIVE checkpoint
+        never blocks readers or writers), so no commit pays for a checkpoint and its
+        fsync. Every process that writes runs one; they take turns."""
+        conn: sqlite3.Connection | None = None
+        wal = self.path + "-wal"
+        try:
+            while not self._stop.wait(0.05):
+                try:
+                    size = os.stat(wal).st_size
+                except OSError:
+                    continue
+                if size < _CHECKPOINT_BYTES:
+                    continue
+                try:
+                    if conn is None:
+                        conn = self.connect(timeout=0.0)
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    continue  # another process is checkpointing: its turn
+        finally:
+            if conn is not None:
+                conn.close()
 
     # -- the combining writer ------------------------------------------------------
 
@@ -256,9 +288,9 @@ class _File:
 
     def close(self) -> None:
         self._stop.set()
-        watcher = self._watcher
-        if watcher is not None:
-            watcher.join(5.0)
+        for thread in (self._watcher, self._checkpointer):
+            if thread is not None:
+                thread.join(5.0)
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
