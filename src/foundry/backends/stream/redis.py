@@ -10,8 +10,11 @@ How the contract maps onto Redis:
   explicit id ``n-0`` (``XADD key n-0 …``), so an offset *is* a stream id, lag is a
   subtraction and ``XTRIM MINID`` trims by offset. The append timestamp is a field and is
   kept non-decreasing per partition, so time seeks binary-search ids.
-* **Publish dedup**: ``SET <prefix>:id:<event id> "<partition>:<offset>" NX PX <window>`` in
-  the same script as the ``XADD``: one round trip per batch, atomic.
+* **Publish dedup**: event ids are fields of hashes per time bucket of one dedup window
+  (``{…}:ids:<bucket>``, expiring after two windows); the append script looks a batch's
+  ids up in the current and the previous bucket (two ``HMGET``) and records the new ones
+  (one ``HSET``) in the same atomic call as the ``XADD`` s — an id is remembered for at
+  least one window and at most two.
 * **Read** is a script: the group's pending entries list (``XPENDING``) is looked at first;
   a prefix of expired entries is taken with ``XAUTOCLAIM`` (which also drops entries that
   retention trimmed); while an unexpired entry is pending nothing is handed out; only an
@@ -32,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -64,6 +68,8 @@ from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 __all__ = ["RedisStreamBackend"]
 
 _DEAD_MAXLEN = 100_000
+_HEAD = struct.Struct(">HI")  # partition, length of the blob that follows
+_LEN = struct.Struct(">I")
 
 _LIB = """
 local function num(id) return tonumber(string.match(id, '^(%d+)')) end
@@ -130,44 +136,85 @@ local function ack_upto(key, group, upto)
 end
 """
 
-# KEYS[1] meta hash. ARGV: tag, now, dedup ms, maxlen, then (id, partition, key, payload)*
+# KEYS[1] meta hash. ARGV: tag, now, dedup ms, maxlen, events. `events` packs each event as
+# >H partition, >I len + blob, >I len + payload (one argument: packing thousands of
+# arguments costs the client more than the whole script costs the server), where
+# blob = "<#id> <k|->" .. id .. key, the tail of the entry's m field.
+# Returns {partition, first new offset, ...} and {event index, "<partition>:<offset>", ...}
+# for the duplicates; the client numbers the new events itself.
 _APPEND = (
     _LIB
     + """
 local tag, now, dedup, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local last, lts, cum, out = {}, {}, {}, {}
-for i = 5, #ARGV, 4 do
-  local id, p, key, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+local data = ARGV[5]
+local parts, blobs, payloads, ids = {}, {}, {}, {}
+local pos, size = 1, #data
+while pos <= size do
+  local p, blob, payload
+  p, blob, payload, pos = struct.unpack('>HI4c0I4c0', data, pos)
+  parts[#parts + 1], blobs[#blobs + 1], payloads[#payloads + 1] = tostring(p), blob, payload
+  local n, rest = string.match(blob, '^(%d+) (.*)$')
+  ids[#ids + 1] = string.sub(rest, 2, 1 + tonumber(n))
+end
+-- Dedup: event ids live in hashes per time bucket of `dedup` ms; an id is found in the
+-- current or the previous bucket, so it is remembered for between one and two windows.
+local seen, fresh_ids, dups = {}, {}, {}
+local cur, prev
+if dedup > 0 then
+  local bucket = math.floor(now * 1000 / dedup)
+  cur, prev = tag .. ':ids:' .. fmt(bucket), tag .. ':ids:' .. fmt(bucket - 1)
+  for c = 1, #ids, 1000 do
+    local chunk = {}
+    for j = c, math.min(c + 999, #ids) do chunk[#chunk + 1] = ids[j] end
+    local a = redis.call('HMGET', cur, unpack(chunk))
+    local b = redis.call('HMGET', prev, unpack(chunk))
+    for j = 1, #chunk do
+      local hit = a[j] or b[j]
+      if hit and seen[chunk[j]] == nil then seen[chunk[j]] = hit end
+    end
+  end
+end
+local last, lts, stamp, cum, firsts = {}, {}, {}, {}, {}
+for k = 1, #parts do
+  local p, blob, payload = parts[k], blobs[k], payloads[k]
   if last[p] == nil then
     local m = redis.call('HMGET', KEYS[1], 'last:' .. p, 'ts:' .. p, 'cum:' .. p)
     last[p], lts[p], cum[p] = tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0')
-  end
-  local off = last[p] + 1
-  local fresh = true
-  if dedup > 0 then
-    fresh = redis.call('SET', tag .. ':id:' .. id, p .. ':' .. fmt(off), 'NX', 'PX', dedup)
-  end
-  if fresh then
-    last[p] = off
     if now > lts[p] then lts[p] = now end
-    cum[p] = cum[p] + #payload
-    local args = {tag .. ':p:' .. p}
-    if maxlen > 0 then table.insert(args, 'MAXLEN'); table.insert(args, maxlen) end
-    local flag, text = '-', ''
-    if key ~= '' then flag, text = 'k', string.sub(key, 2) end
-    local m = string.format('%.6f', lts[p]) .. ' ' .. fmt(cum[p]) .. ' ' .. #id .. ' ' .. flag .. id .. text
-    for _, v in ipairs({fmt(off) .. '-0', 'm', m, 'd', payload}) do table.insert(args, v) end
-    redis.call('XADD', unpack(args))
-    out[#out + 1] = p .. ':' .. fmt(off) .. ':0'
+    stamp[p] = string.format('%.6f', lts[p])
+    firsts[#firsts + 1] = tonumber(p)
+    firsts[#firsts + 1] = last[p] + 1
+  end
+  local hit = dedup > 0 and seen[ids[k]]
+  if hit then
+    dups[#dups + 1] = k - 1
+    dups[#dups + 1] = hit
   else
-    out[#out + 1] = (redis.call('GET', tag .. ':id:' .. id) or (p .. ':0')) .. ':1'
+    local off = last[p] + 1
+    last[p] = off
+    cum[p] = cum[p] + #payload
+    local m = stamp[p] .. ' ' .. fmt(cum[p]) .. ' ' .. blob
+    if maxlen > 0 then
+      redis.call('XADD', tag .. ':p:' .. p, 'MAXLEN', maxlen, fmt(off) .. '-0', 'm', m, 'd', payload)
+    else
+      redis.call('XADD', tag .. ':p:' .. p, fmt(off) .. '-0', 'm', m, 'd', payload)
+    end
+    if dedup > 0 then
+      local where = p .. ':' .. fmt(off)
+      seen[ids[k]] = where
+      fresh_ids[#fresh_ids + 1] = ids[k]
+      fresh_ids[#fresh_ids + 1] = where
+    end
   end
 end
-for p, v in pairs(last) do
-  local ts = string.format('%.6f', lts[p])
-  redis.call('HSET', KEYS[1], 'last:' .. p, fmt(v), 'ts:' .. p, ts, 'cum:' .. p, fmt(cum[p]))
+for c = 1, #fresh_ids, 1000 do
+  redis.call('HSET', cur, unpack(fresh_ids, c, math.min(c + 999, #fresh_ids)))
 end
-return out
+if #fresh_ids > 0 then redis.call('PEXPIRE', cur, 2 * dedup + 1000) end
+for p, v in pairs(last) do
+  redis.call('HSET', KEYS[1], 'last:' .. p, fmt(v), 'ts:' .. p, stamp[p], 'cum:' .. p, fmt(cum[p]))
+end
+return {firsts, dups}
 """
 )
 
@@ -502,14 +549,30 @@ class RedisStreamBackend:
             int(config.dedup_window * 1000),
             config.max_events or 0,
         ]
+        parts: list[int] = []
+        chunks: list[bytes] = []
         for event in events:
             p = partition_for(event.key, event.id, config.partitions)
-            args.extend((event.id, p, "" if event.key is None else "=" + event.key, event.payload))
-        raw = self._run("append", [f"{self._tag(stream)}:meta"], args, "append")
+            ident = event.id.encode()
+            if event.key is None:
+                blob = b"%d -%s" % (len(ident), ident)
+            else:
+                blob = b"%d k%s%s" % (len(ident), ident, event.key.encode())
+            chunks += (_HEAD.pack(p, len(blob)), blob, _LEN.pack(len(event.payload)), event.payload)
+            parts.append(p)
+        args.append(b"".join(chunks))
+        firsts, dups = self._run("append", [f"{self._tag(stream)}:meta"], args, "append")
+        following = {int(firsts[i]): int(firsts[i + 1]) for i in range(0, len(firsts), 2)}
+        duplicates = {int(dups[i]): _s(dups[i + 1]) for i in range(0, len(dups), 2)}
         out = []
-        for item in raw:
-            part, off, dup = _s(item).split(":")
-            out.append(Appended(int(part), int(off) or None, dup == "1"))
+        for index, p in enumerate(parts):
+            original = duplicates.get(index)
+            if original is None:
+                out.append(Appended(p, following[p]))
+                following[p] += 1
+            else:
+                part, off = original.split(":")
+                out.append(Appended(int(part), int(off) or None, duplicate=True))
         if (config.max_age or config.max_bytes) and time.monotonic() - self._last_trim.get(
             stream, 0.0
         ) >= 1.0:
