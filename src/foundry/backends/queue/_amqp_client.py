@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import struct
 import threading
 import time
 from collections import deque
@@ -29,7 +31,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 import aiormq
-from aiormq.abc import DeliveredMessage
+from aiormq.abc import ChannelFrame, DeliveredMessage
 from pamqp import commands as spec
 
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
@@ -41,6 +43,10 @@ log = logging.getLogger("foundry.queue.amqp")
 T = TypeVar("T")
 
 MAX_PENDING = 50_000  # messages published but not yet confirmed, per process
+# Unconfirmed publishes in flight at once: aiormq walks every pending confirmation on each
+# "multiple" ack the broker sends, so an unbounded window costs O(n²).
+_WINDOW = 512
+_GATHER = 0.001  # seconds a busy publisher waits to batch messages into one write
 _REDECLARE = 30.0  # seconds after which a publish declares its queue again (x-expires)
 
 
@@ -76,14 +82,11 @@ class Consumer:
     async def on_message(self, message: DeliveredMessage) -> None:
         if message.channel is not self.channel:
             return  # an old channel's delivery: the broker gives it back to the queue
-        props = message.header.properties
-        headers = props.headers or {}
-        eta = headers.get("eta")
-        priority = headers.get("p", props.priority or 0)
+        job_id, priority, eta = message.body.decode().rsplit(" ", 2)
         delivery = Delivery(
-            message.body.decode(),
-            int(priority),  # type: ignore[arg-type]
-            None if eta is None else float(eta.decode() if isinstance(eta, bytes) else eta),  # type: ignore[arg-type]
+            job_id,
+            int(priority),
+            None if eta == "-" else float(eta),
             int(message.delivery_tag or 0),
             message.channel,
         )
@@ -131,6 +134,44 @@ class Consumer:
             self.cond.notify_all()
 
 
+def _shortstr(text: str) -> bytes:
+    data = text.encode()
+    return bytes([len(data)]) + data
+
+
+@functools.lru_cache(maxsize=4096)
+def _method_frame(channel: int, queue: str) -> bytes:
+    """``basic.publish`` to the default exchange with routing key ``queue``."""
+    payload = struct.pack(">HHH", 60, 40, 0) + _shortstr("") + _shortstr(queue) + b"\x00"
+    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
+
+
+def _framing_supported(ch: Any) -> bool:
+    return all(hasattr(ch, a) for a in ("confirmations", "delivery_tag", "write_queue", "lock", "number"))
+
+
+async def _publish_framed(ch: Any, batch: list[tuple[str, bytes, int]]) -> list[asyncio.Future[Any]]:
+    """Publish ``batch`` on ``ch`` (confirm mode) as one socket write: Foundry frames the
+    three AMQP frames of each message itself (method, content header with
+    ``delivery_mode=2`` and ``priority``, body) and registers each delivery tag's
+    confirmation the way aiormq does; aiormq resolves them when the broker acks."""
+    n = ch.number
+    futures: list[asyncio.Future[Any]] = []
+    parts: list[bytes] = []
+    async with ch.lock:
+        for queue, body, priority in batch:
+            ch.delivery_tag += 1
+            future = ch.create_future()
+            ch.confirmations[ch.delivery_tag] = future
+            futures.append(future)
+            header = struct.pack(">HHQHBB", 60, 0, len(body), 0x1800, 2, priority)
+            parts.append(_method_frame(n, queue))
+            parts.append(struct.pack(">BHI", 2, n, len(header)) + header + b"\xce")
+            parts.append(struct.pack(">BHI", 3, n, len(body)) + body + b"\xce")
+        await ch.write_queue.put(ChannelFrame(payload=b"".join(parts), should_close=False))
+    return futures
+
+
 def _new_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -152,8 +193,9 @@ class AmqpClient:
         self._args: dict[str, dict[str, Any]] = {}  # queue -> declare arguments
         self._declared: dict[str, float] = {}  # on the current connection: queue -> when
         self._consumers: dict[str, Consumer] = {}
-        self._outbox: deque[tuple[str, bytes, spec.Basic.Properties]] = deque()
-        self._pending = 0
+        self._outbox: deque[tuple[str, bytes, int]] = deque()  # (queue, body, broker priority)
+        self._pending = 0  # published and not yet confirmed (outbox + in flight)
+        self._inflight = 0  # sent and not yet confirmed
         self._room = threading.Condition()
         self._kicked = False
         self._up = threading.Event()
@@ -316,7 +358,7 @@ class AmqpClient:
 
     # -- publishing ----------------------------------------------------------------------
 
-    def publish(self, queue: str, body: bytes, properties: spec.Basic.Properties) -> None:
+    def publish(self, queue: str, body: bytes, priority: int) -> None:
         """Queue a persistent message for ``queue``; returns at once (see the module doc)."""
         with self._room:
             if self._pending >= MAX_PENDING and not self._room.wait_for(
@@ -328,7 +370,7 @@ class AmqpClient:
                     "in the state store and will be delivered"
                 )
             self._pending += 1
-        self._outbox.append((queue, body, properties))
+        self._outbox.append((queue, body, priority))
         if not self._kicked:
             self._kicked = True
             self.loop.call_soon_threadsafe(self._wake_pump)
@@ -350,38 +392,58 @@ class AmqpClient:
     async def _pump(self) -> None:
         while not self.stopped.is_set():
             await self._kick.wait()
+            if self._inflight:
+                # a stream of publishes: let a few more join this batch (one wake-up and
+                # one socket write for all of them); an idle client sends at once
+                await asyncio.sleep(_GATHER)
             self._kick.clear()
             while self._outbox and not self.stopped.is_set():
                 ch = self._pub
                 if ch is None or ch.is_closed or not self._up.is_set():
                     break  # the supervisor kicks again once reconnected
-                queue, body, props = self._outbox[0]
-                declared = self._declared.get(queue)
-                if declared is None or time.monotonic() - declared > _REDECLARE:
-                    try:
-                        await self._declare(queue)
-                    except Exception as exc:
-                        log.warning("queue %s: cannot declare %s (%r); retrying", self.shown, queue, exc)
-                        await asyncio.sleep(0.2)
-                        continue
-                self._outbox.popleft()
-                task = asyncio.ensure_future(self._send(ch, queue, body, props))
+                room = _WINDOW - self._inflight
+                if room <= 0:
+                    break  # a confirmation kicks again
+                batch = [self._outbox.popleft() for _ in range(min(room, len(self._outbox)))]
+                try:
+                    for queue in {q for q, _, _ in batch}:
+                        declared = self._declared.get(queue)
+                        if declared is None or time.monotonic() - declared > _REDECLARE:
+                            await self._declare(queue)
+                except Exception as exc:
+                    log.warning("queue %s: cannot declare a queue (%r); retrying", self.shown, exc)
+                    self._outbox.extendleft(reversed(batch))
+                    await asyncio.sleep(0.2)
+                    continue
+                self._inflight += len(batch)
+                task = asyncio.ensure_future(self._send(ch, batch))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, ch: Any, queue: str, body: bytes, props: spec.Basic.Properties) -> None:
+    async def _send(self, ch: Any, batch: list[tuple[str, bytes, int]]) -> None:
+        """Publish ``batch`` and wait for the broker's confirmations; what is not
+        confirmed goes back to the outbox."""
         try:
-            confirmed = await ch.basic_publish(body, routing_key=queue, properties=props)
-            ok = isinstance(confirmed, spec.Basic.Ack)
-        except Exception:
-            ok = False
-        if ok:
-            self._done()
-            return
-        if not self.stopped.is_set() and not ch.is_closed:
-            await asyncio.sleep(0.05)  # nacked by a live broker: do not spin
-        self._outbox.append((queue, body, props))
+            if _framing_supported(ch):
+                confirmations = await _publish_framed(ch, batch)
+            else:  # pragma: no cover - another aiormq: one publish at a time
+                confirmations = [self._publish_one(ch, item) for item in batch]
+            results = await asyncio.gather(*confirmations, return_exceptions=True)
+        except Exception as exc:
+            results = [exc] * len(batch)
+        self._inflight -= len(batch)
+        failed = [item for item, r in zip(batch, results, strict=True) if not isinstance(r, spec.Basic.Ack)]
+        self._done(len(batch) - len(failed))
+        if failed:
+            if not self.stopped.is_set() and not ch.is_closed:
+                await asyncio.sleep(0.05)  # nacked by a live broker: do not spin
+            self._outbox.extend(failed)
         self._kick.set()
+
+    def _publish_one(self, ch: Any, item: tuple[str, bytes, int]) -> Any:
+        queue, body, priority = item
+        props = spec.Basic.Properties(delivery_mode=2, priority=priority)
+        return asyncio.ensure_future(ch.basic_publish(body, routing_key=queue, properties=props))
 
     # -- consuming -------------------------------------------------------------------
 

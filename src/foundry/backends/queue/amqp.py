@@ -23,8 +23,8 @@ URL: ``amqp://user:password@host:5672/vhost`` with query options
 idempotency key, lease and token, attempts, the single completion record, the result,
 the dead-letter reason — is written to a *state store*, one of Foundry's own queue
 stores (the same tables as the SQLite/PostgreSQL engines, or the Redis engine's keys).
-RabbitMQ carries one small persistent message per delivery (the job id, its priority
-and eta) on a durable priority queue, and pushes it to a consumer with
+RabbitMQ carries one small persistent message per delivery (``<job id> <priority>
+<eta>``) on a durable priority queue, and pushes it to a consumer with
 ``basic.qos(prefetch)`` — workers wake on delivery, they do not poll.
 
 **A claim**: the worker takes up to ``limit`` pushed messages, leases *those* jobs in the
@@ -60,10 +60,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-from pamqp import commands as spec
 
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
@@ -179,21 +177,17 @@ class AmqpQueue:
 
     def _announce(self, queue: str, job_id: str, priority: int, eta: float | None = None) -> None:
         """Publish the message that delivers ``job_id`` (to a delay queue while ``eta``
-        is ahead)."""
-        headers: dict[str, Any] = {"p": priority}
+        is ahead). The body is ``<job id> <priority> <eta or ->``; the properties only
+        say "persistent" and the broker priority."""
         target = self._main(queue)
+        due = "-"
         if eta is not None:
             ms = int((eta - time.time()) * 1000)
             if ms >= 1:
-                headers["eta"] = repr(float(eta))  # a string: AMQP tables carry floats as float32
+                due = repr(float(eta))
                 target = self._bucket(queue, 1 << min(ms.bit_length() - 1, _MAX_BUCKET))
-        props = spec.Basic.Properties(
-            delivery_mode=2,
-            priority=min(max(priority, 0), self.max_priority),
-            headers=headers,
-            message_id=job_id,
-        )
-        self.client.publish(target, job_id.encode(), props)
+        level = min(max(priority, 0), self.max_priority)
+        self.client.publish(target, f"{job_id} {priority} {due}".encode(), level)
 
     def _announce_state(self, job_id: str, eta: float | None = None) -> None:
         state = self.state.get(job_id)

@@ -37,6 +37,7 @@ not change that — choose the Redis configuration for the guarantee you need.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -265,6 +266,8 @@ class RedisQueue:
             raise ConfigError(f"queue URL {safe_url(url)!r}: {exc}. Fix: correct the URL") from exc
         self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
         self._closed = False
+        self._free: list[Any] = []  # idle direct connections (see _direct)
+        self._conns: list[Any] = []  # every direct connection, closed by close()
         self._blocked: dict[str, int] = {}
         self._kicks = 0  # bumped by signals.bump_all(): blocked claimers return at once
         self._blocked_lock = threading.Lock()
@@ -326,7 +329,43 @@ class RedisQueue:
                 ) from exc
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
-        return self._call(name, self._scripts[name], [], [self.prefix, *args])
+        script = self._scripts[name]
+        return self._call(
+            name, functools.partial(self._direct, script=script), "EVALSHA", script.sha, 0, self.prefix, *args
+        )
+
+    def _direct(self, *command: Any, script: Any = None) -> Any:
+        """Send one command on a connection of our own (no pool bookkeeping per call:
+        about twice as fast as the client's command layer); load ``script`` on NOSCRIPT."""
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            pool = self.client.connection_pool
+            conn = pool.connection_class(**pool.connection_kwargs)
+            with self._blocked_lock:
+                self._conns.append(conn)
+        healthy = False
+        packed = [_pack(command)]
+        try:
+            conn.send_packed_command(packed)
+            try:
+                reply = conn.read_response()
+            except redis.exceptions.NoScriptError:
+                if script is None:
+                    raise
+                conn.send_command("SCRIPT", "LOAD", script.script)
+                conn.read_response()
+                conn.send_packed_command(packed)
+                reply = conn.read_response()
+            healthy = True
+            return reply
+        except redis.ResponseError:
+            healthy = True  # the command failed, the connection is fine
+            raise
+        finally:
+            if not healthy:
+                conn.disconnect()  # reconnects on its next use
+            self._free.append(conn)
 
     def _key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -506,7 +545,7 @@ class RedisQueue:
         return [s for s in found if s is not None]
 
     def get(self, job_id: str) -> JobState | None:
-        values = self._call("get", self.client.hmget, self._key("j", job_id), _STATE_FIELDS)
+        values = self._call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
         return self._state(job_id, values)
 
     def find(self, key: str) -> JobState | None:
@@ -623,6 +662,11 @@ class RedisQueue:
         self._closed = True
         self._listener.close()
         Signals.bump_all(self.signals)
+        with self._blocked_lock:
+            conns, self._conns, self._free = self._conns, [], []
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
         for client in (self.client, self._blocking):
             with contextlib.suppress(Exception):
                 client.connection_pool.disconnect()
@@ -631,6 +675,15 @@ class RedisQueue:
 
     def __repr__(self) -> str:
         return f"<RedisQueue {safe_url(self.url)}>"
+
+
+def _pack(command: Sequence[Any]) -> bytes:
+    """One command in the Redis protocol (RESP), args as bytes, str or int."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
 
 
 def check_claim(queue: str, lease: float, limit: int) -> None:
