@@ -1,0 +1,25 @@
+"""A few-second smoke run of bench/queue.py: Foundry's embedded SQLite queue and
+huey+SQLite, 200 jobs each, with their real worker processes (speed itself is measured
+in bench/, not here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_queue_benchmark_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "queue.py"), "--quick", "--m", "10", "--gap", "0.005"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Foundry (embedded)" in proc.stdout
+    assert "Huey" in proc.stdout
+    assert "failed" not in proc.stdout, proc.stdout
