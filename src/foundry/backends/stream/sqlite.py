@@ -546,9 +546,32 @@ class SqliteStreamBackend:
             with self._changed:
                 self._changed.wait(min(remaining, _POLL))
 
+    def _nothing_to_read(self, stream: str, group: str, partition: int) -> bool:
+        """A look without the write lock: idle consumers polling must not queue up
+        behind publishers (or each other) for SQLite's one writer."""
+        with self._errors("read"):
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT g.delivered, p.last, (SELECT MIN(deadline) FROM fs_pending WHERE stream=g.stream "
+                    "AND grp=g.grp AND part=g.part) FROM fs_groups g JOIN fs_parts p ON p.stream=g.stream "
+                    "AND p.part=g.part WHERE g.stream=? AND g.grp=? AND g.part=?",
+                    (stream, group, partition),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return False  # let the locked path raise the right error
+        delivered, last, deadline = row
+        if deadline is not None:
+            return float(deadline) > time.time()
+        return int(delivered) >= int(last)
+
     def _read_once(
         self, stream: str, group: str, partition: int, consumer: str, limit: int, ack_deadline: float
     ) -> list[Event]:
+        if self._nothing_to_read(stream, group, partition):
+            return []
         with self._tx("read") as conn:
             committed, delivered = self._check_group(conn, stream, group, partition)
             now = time.time()
