@@ -70,6 +70,16 @@ class Env:
         self.app.close()
 
 
+def python(*argv: str, queue: str | None = None) -> str:
+    """Run ``python ARGV`` in the repository (another process); its stdout."""
+    env = {**os.environ, **({"FOUNDRY_QUEUE": queue} if queue else {})}
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.fixture
 def make_env(tmp_path: Path) -> Iterator[Callable[[str], Env]]:
     envs: list[Env] = []
@@ -112,35 +122,16 @@ def test_a_worker_process_runs_jobs_and_another_process_reads_the_results(
     # Given jobs submitted here and a worker in another process
     env = make_env(engine)
     handles = [env.unit("add").submit(i, i) for i in range(20)]
-    worker = subprocess.run(
-        [sys.executable, "-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--burst", "-q"],
-        cwd=ROOT,
-        env={**os.environ, "FOUNDRY_QUEUE": env.url},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert worker.returncode == 0, worker.stderr
+    python("-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--burst", "-q", queue=env.url)
     # Then the submitter sees every result, and so does a third process holding only the id
     assert [h.result(timeout=30) for h in handles] == [2 * i for i in range(20)]
     if engine != "sqlite":
         return  # the third process's view is the same code on every engine
-    reader = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from tests.deliver.queue_app import app; "
-            "print(app.job(sys.argv[1]).result(timeout=30)); app.close()",
-            handles[7].id,
-        ],
-        cwd=ROOT,
-        env={**os.environ, "FOUNDRY_QUEUE": env.url},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    code = (
+        "import sys; from tests.deliver.queue_app import app; "
+        "print(app.job(sys.argv[1]).result(30)); app.close()"
     )
-    assert reader.returncode == 0, reader.stderr
-    assert reader.stdout.strip() == "14"
+    assert python("-c", code, handles[7].id, queue=env.url).strip() == "14"
 
 
 def test_app_job_rebuilds_a_handle_from_an_id(env: Env) -> None:
@@ -466,14 +457,12 @@ def test_worker_cli_refuses_an_app_that_does_not_exist(capsys: pytest.CaptureFix
 
 def test_worker_cli_serves_the_queues_it_is_given(env: Env) -> None:
     handles = [env.unit("add").submit(i, 0) for i in range(3)]
-    worker = subprocess.run(
-        [sys.executable, "-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--queue", "default=2",
-         "--prefetch", "1", "--burst", "--url", env.url],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert worker.returncode == 0, worker.stderr
-    assert "defaultx2 (prefetch 1)" in worker.stdout
-    assert "succeeded 3" in worker.stdout
+    out = python(
+        *("-m", "foundry.cli", "worker", "tests.deliver.queue_app:app", "--queue", "default=2"),
+        *("--prefetch", "1", "--burst", "--url", env.url),
+    )
+    assert "defaultx2 (prefetch 1)" in out
+    assert "succeeded 3" in out
     assert [h.result(timeout=10) for h in handles] == [0, 1, 2]
 
 

@@ -217,40 +217,35 @@ def _show(args: argparse.Namespace) -> int:
     return _with_backend(args, go)
 
 
-@reports_problems("jobs")
-def _cancel(args: argparse.Namespace) -> int:
+def _change(args: argparse.Namespace, action: str, done: str, refused: str) -> int:
+    """``cancel`` / ``requeue`` one job; say why when the store refuses."""
+
     def go(backend: Any) -> int:
-        if backend.cancel(args.id):
-            print(f"job {args.id} cancelled")
+        if getattr(backend, action)(args.id):
+            print(f"job {args.id} {done}")
             return 0
         state = backend.get(args.id)
         if state is None:
             raise _missing(args.id, backend.url)
-        print(
-            f"job {args.id} is {state.status.value}: only a queued job can be cancelled",
-            file=sys.stderr,
-        )
+        print(f"job {args.id} is {state.status.value}: {refused}", file=sys.stderr)
         return 1
 
     return _with_backend(args, go)
+
+
+@reports_problems("jobs")
+def _cancel(args: argparse.Namespace) -> int:
+    return _change(args, "cancel", "cancelled", "only a queued job can be cancelled")
 
 
 @reports_problems("jobs")
 def _requeue(args: argparse.Namespace) -> int:
-    def go(backend: Any) -> int:
-        if backend.requeue(args.id):
-            print(f"job {args.id} is back in its queue with fresh counters")
-            return 0
-        state = backend.get(args.id)
-        if state is None:
-            raise _missing(args.id, backend.url)
-        print(
-            f"job {args.id} is {state.status.value}: only dead or failed jobs can be re-queued",
-            file=sys.stderr,
-        )
-        return 1
-
-    return _with_backend(args, go)
+    return _change(
+        args,
+        "requeue",
+        "is back in its queue with fresh counters",
+        "only dead or failed jobs can be re-queued",
+    )
 
 
 @reports_problems("jobs")

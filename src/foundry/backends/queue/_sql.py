@@ -506,6 +506,12 @@ class SqlQueue:
             )
             params = (status, bytes(error), dead_reason, now, now, job_id, token)
 
+        return self._update_job(job_id, sql, params, wake_queue=retry_at is not None)
+
+    def _update_job(self, job_id: str, sql: str, params: Sequence[Any], *, wake_queue: bool) -> bool:
+        """One ``UPDATE ... RETURNING queue`` of a job; wake its waiters (and its queue's
+        claimers when it became claimable). ``True`` when the row matched."""
+
         def body(conn: Any) -> str | None:
             row = self._one(conn, sql, params)
             return None if row is None else str(row[0])
@@ -513,22 +519,19 @@ class SqlQueue:
         def wake(queue: str | None) -> tuple[str, ...]:
             if queue is None:
                 return ()
-            return (job_topic(job_id), queue_topic(queue)) if retry_at is not None else (job_topic(job_id),)
+            return (job_topic(job_id), queue_topic(queue)) if wake_queue else (job_topic(job_id),)
 
         return self._commit(body, wake) is not None
 
     def release(self, job_id: str, token: str) -> bool:
-        def body(conn: Any) -> str | None:
-            row = self._one(
-                conn,
-                "UPDATE {jobs} SET status = 'queued', token = NULL, worker = NULL, lease_until = 0, "
-                "deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END "
-                "WHERE id = ? AND token = ? AND status = 'running' RETURNING queue",
-                (job_id, token),
-            )
-            return None if row is None else str(row[0])
-
-        return self._commit(body, lambda q: (queue_topic(q), job_topic(job_id)) if q else ()) is not None
+        return self._update_job(
+            job_id,
+            "UPDATE {jobs} SET status = 'queued', token = NULL, worker = NULL, lease_until = 0, "
+            "deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END "
+            "WHERE id = ? AND token = ? AND status = 'running' RETURNING queue",
+            (job_id, token),
+            wake_queue=True,
+        )
 
     def cancel(self, job_id: str) -> bool:
         now = self._now()
@@ -603,20 +606,15 @@ class SqlQueue:
         return [state_from_row(r) for r in self._query(lambda conn: self._all(conn, sql, (*params, limit)))]
 
     def requeue(self, job_id: str) -> bool:
-        now = self._now()
-
-        def body(conn: Any) -> str | None:
-            row = self._one(
-                conn,
-                "UPDATE {jobs} SET status = 'queued', eta = ?, deliveries = 0, attempts = 0, token = NULL, "
-                "worker = NULL, lease_until = 0, dead_reason = NULL, error = NULL, result = NULL, "
-                "finished_at = NULL, expires_at = NULL WHERE id = ? AND status IN ('dead', 'failed') "
-                "RETURNING queue",
-                (now, job_id),
-            )
-            return None if row is None else str(row[0])
-
-        return self._commit(body, lambda q: (queue_topic(q), job_topic(job_id)) if q else ()) is not None
+        return self._update_job(
+            job_id,
+            "UPDATE {jobs} SET status = 'queued', eta = ?, deliveries = 0, attempts = 0, token = NULL, "
+            "worker = NULL, lease_until = 0, dead_reason = NULL, error = NULL, result = NULL, "
+            "finished_at = NULL, expires_at = NULL WHERE id = ? AND status IN ('dead', 'failed') "
+            "RETURNING queue",
+            (self._now(), job_id),
+            wake_queue=True,
+        )
 
     def stats(self, queue: str) -> QueueStats:
         now = self._now()
