@@ -579,6 +579,10 @@ class _Consumer:
                 else:
                     backend.release(stream, self.group, p, self.name)
             with self._lock:
+                # A partition just taken over may hold a dead owner's window: read it one
+                # event at a time until a fresh event shows up (rule 4), so only the event
+                # actually handed out has its delivery count raised.
+                self._recovering |= owned - self.owned
                 self.assigned, self.owned = assigned, owned
         except BackendUnavailableError as exc:
             log.warning("stream %s group %s: coordination failed, will retry: %s", stream, self.group, exc)
