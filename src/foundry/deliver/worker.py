@@ -49,7 +49,8 @@ __all__ = ["JobEvent", "Worker", "backoff_delay"]
 log = logging.getLogger("foundry.queue.worker")
 
 T = TypeVar("T")
-BATCH_WINDOW = 0.001  # the longest a claim or an ack waits for company (latency traded for commits)
+BATCH_WINDOW = 0.001  # the longest a claim waits for company when jobs trickle in
+ACK_WINDOW = 0.003  # ... and an acknowledgement (results show up that much later, commits are fewer)
 PURGE_EVERY = 600.0  # seconds between deletions of finished jobs past their result_ttl
 
 
@@ -222,7 +223,7 @@ class _QueueLoop:
                     return
                 if len(self.acks) < self.concurrency and not w.hard.is_set():
                     # A few more are about to finish: one transaction for them all.
-                    self.ack_cond.wait(BATCH_WINDOW)
+                    self.ack_cond.wait(ACK_WINDOW)
                 batch, self.acks = self.acks[:256], self.acks[256:]
                 self.acking = len(batch)
             items = [(job.claimed.id, job.claimed.token, data) for job, data, _ in batch]

@@ -16,7 +16,7 @@ goes through one combining writer: the writes that arrive while a transaction co
 applied in the *next single transaction*, each caller returning only after that
 commit. Nobody's write waits on a busy loop in-process, and the cost of a commit is
 shared by everyone in the batch. Across processes, a writer that finds the lock taken
-retries after 50 µs, growing to 0.5 ms (SQLite's own busy handler sleeps whole
+retries every 0.1 ms at most (SQLite's own busy handler sleeps whole
 milliseconds and would dominate the latency).
 
 **Wake-ups.** SQLite has no notification. In one process a commit wakes the waiters
@@ -193,7 +193,7 @@ class _File:
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         deadline = time.monotonic() + self.busy_timeout
-        pause = 0.00005
+        pause = 0.00002
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -204,7 +204,7 @@ class _File:
                 if time.monotonic() >= deadline:
                     raise
             time.sleep(pause)
-            pause = min(pause * 2, 0.0005)
+            pause = min(pause * 2, 0.0001)
 
     def _transaction(self, batch: list[_Op]) -> None:
         try:
