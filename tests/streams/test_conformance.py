@@ -19,7 +19,7 @@ from foundry.backends.stream import (
     open_stream_backend,
     partition_for,
 )
-from foundry.errors import ConfigError, NotFoundError
+from foundry.errors import BackendUnavailableError, ConfigError, NotFoundError
 
 MakeStream = Callable[..., StreamConfig]
 
@@ -394,3 +394,13 @@ def test_bad_start_is_a_config_error() -> None:
         StreamConfig("s", partitions=0)
     with pytest.raises(ConfigError, match="stream name"):
         StreamConfig("a.b")
+
+
+@pytest.mark.parametrize("url", ["nats://127.0.0.1:1", "redis://127.0.0.1:1/0"])
+def test_unreachable_server_is_a_clear_error(url: str) -> None:
+    backend = open_stream_backend(url)
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1:1"):
+            backend.streams()
+    finally:
+        backend.close()

@@ -202,6 +202,7 @@ class NatsStreamBackend:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
             if self._nc is None or self._nc.is_closed:
+                await self._probe()
 
                 async def quiet(*_: Any) -> None:
                     return None
@@ -219,6 +220,28 @@ class NatsStreamBackend:
                 )
                 self._js = self._nc.jetstream(timeout=self._timeout)
         return self._js
+
+    async def _probe(self) -> None:
+        """Fail fast and clearly when no server listens: the client itself would keep
+        retrying the first connection until the call's timeout."""
+        errors = []
+        for server in self._servers:
+            parts = urlsplit(server)
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 4222), 2.0
+                )
+            except (OSError, TimeoutError) as exc:
+                errors.append(f"{parts.netloc}: {exc or type(exc).__name__}")
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return
+        raise BackendUnavailableError(
+            f"cannot reach NATS at {self.url} ({'; '.join(errors)}). Fix: start nats-server with "
+            "JetStream (nats-server -js), or point the stream URL at a running one"
+        )
 
     def _state(self, stream: str, group: str, partition: int) -> _Part:
         key = (stream, group, partition)

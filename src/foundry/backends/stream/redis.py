@@ -434,7 +434,10 @@ class RedisStreamBackend:
         try:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise BackendUnavailableError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+            raise BackendUnavailableError(
+                f"Redis at {self.url}: {what} failed: {exc}. Fix: start redis-server, or point the "
+                "stream URL at a running one (a transient error: callers retry)"
+            ) from exc
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" in str(exc) and stream:
                 raise unknown_group(stream, group, self._group_names(stream)) from exc
