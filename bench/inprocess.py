@@ -101,12 +101,7 @@ def bench_sequential(quick: bool) -> list[Row]:
         "a functools.wraps decorator": loop(decorated(ten_us)),
         "foundry sequential unit (metrics on)": loop(unit),
     }
-    for run in variants.values():
-        run()  # warm up
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, run in variants.items():
-            samples[name].append(run())
+    samples = _interleave(variants, reps)
     completed = app.metrics.value(names.UNIT_COMPLETED, unit="ten_us")
     assert completed == chunk * (reps + 1), completed  # the metrics counted every call
     app.close()
@@ -133,12 +128,24 @@ def bench_sequential(quick: bool) -> list[Row]:
 # -- bounded_pool vs ThreadPoolExecutor ----------------------------------------------------------
 
 
-def _drive(submit: Callable[[int], Any], tasks: int, result: Callable[[Any], Any]) -> float:
+def _drive(submit: Callable[[int], Any], tasks: int) -> float:
+    """Submit ``tasks`` tiny tasks, then wait for every result (futures and handles alike)."""
     started = time.perf_counter()
     handles = [submit(i) for i in range(tasks)]
     for handle in handles:
-        result(handle)
+        handle.result()
     return time.perf_counter() - started
+
+
+def _interleave(variants: dict[str, Callable[[], float]], reps: int) -> dict[str, list[float]]:
+    """One warm-up run each, then ``reps`` rounds of every variant in turn."""
+    for run in variants.values():
+        run()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, run in variants.items():
+            samples[name].append(run())
+    return samples
 
 
 def bench_pools(quick: bool) -> list[Row]:
@@ -154,28 +161,21 @@ def bench_pools(quick: bool) -> list[Row]:
     unbounded = app.work(model="bounded_pool", workers=workers, max_pending=tasks, name="tiny_wide")(tiny)
     bounded = app.work(model="bounded_pool", workers=workers, name="tiny_bounded")(tiny)  # 4 × workers
     executor = cf.ThreadPoolExecutor(max_workers=workers)
-    variants: dict[str, Callable[[], float]] = {
-        "ThreadPoolExecutor (unbounded queue)": lambda: _drive(
-            lambda i: executor.submit(tiny, i), tasks, lambda f: f.result()
-        ),
-        "foundry bounded_pool, max_pending=tasks": lambda: _drive(
-            unbounded.submit, tasks, lambda h: h.result()
-        ),
-        "foundry bounded_pool, default intake (16: the producer blocks)": lambda: _drive(
-            bounded.submit, tasks, lambda h: h.result()
-        ),
-    }
-    for run in variants.values():
-        run()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, run in variants.items():
-            samples[name].append(run())
+    samples = _interleave(
+        {
+            "ThreadPoolExecutor (unbounded queue)": lambda: _drive(lambda i: executor.submit(tiny, i), tasks),
+            "foundry bounded_pool, max_pending=tasks": lambda: _drive(unbounded.submit, tasks),
+            "foundry bounded_pool, default intake (16: the producer blocks)": lambda: _drive(
+                bounded.submit, tasks
+            ),
+        },
+        reps,
+    )
     done = app.metrics.value(names.UNIT_COMPLETED, unit="tiny_wide")
     assert done == tasks * (reps + 1), done
     executor.shutdown()
     app.close()
-    return _throughput_rows(f"threads, {tasks:,} tiny tasks, {workers} workers", samples, tasks, 0)
+    return _throughput_rows(f"threads, {tasks:,} tiny tasks, {workers} workers", samples, tasks)
 
 
 # -- processes vs ProcessPoolExecutor and loky --------------------------------------------------
@@ -198,32 +198,25 @@ def bench_processes(quick: bool) -> list[Row]:
     ppe = cf.ProcessPoolExecutor(max_workers=workers)  # the default start method (fork on Linux)
     ppe_fs = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
     loky = get_reusable_executor(max_workers=workers)
-    variants: dict[str, Callable[[], float]] = {
-        "ProcessPoolExecutor (fork)": lambda: _drive(
-            lambda i: ppe.submit(tiny, i), tasks, lambda f: f.result()
-        ),
-        "ProcessPoolExecutor (forkserver)": lambda: _drive(
-            lambda i: ppe_fs.submit(tiny, i), tasks, lambda f: f.result()
-        ),
-        "loky": lambda: _drive(lambda i: loky.submit(tiny, i), tasks, lambda f: f.result()),
-        "foundry processes (forkserver)": lambda: _drive(unit.submit, tasks, lambda h: h.result()),
-    }
-    for run in variants.values():
-        run()  # starts every pool's children
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(reps):
-        for name, run in variants.items():
-            samples[name].append(run())
+    samples = _interleave(
+        {
+            "ProcessPoolExecutor (fork)": lambda: _drive(lambda i: ppe.submit(tiny, i), tasks),
+            "ProcessPoolExecutor (forkserver)": lambda: _drive(lambda i: ppe_fs.submit(tiny, i), tasks),
+            "loky": lambda: _drive(lambda i: loky.submit(tiny, i), tasks),
+            "foundry processes (forkserver)": lambda: _drive(unit.submit, tasks),
+        },
+        reps,
+    )
     done = app.metrics.value(names.UNIT_COMPLETED, unit="tiny_procs")
     assert done == tasks * (reps + 1), done
     ppe.shutdown()
     ppe_fs.shutdown()
     loky.shutdown()
     app.close()
-    return _throughput_rows(f"processes, {tasks:,} tiny tasks, {workers} workers", samples, tasks, 0)
+    return _throughput_rows(f"processes, {tasks:,} tiny tasks, {workers} workers", samples, tasks)
 
 
-def _throughput_rows(case: str, samples: dict[str, list[float]], tasks: int, _: int) -> list[Row]:
+def _throughput_rows(case: str, samples: dict[str, list[float]], tasks: int) -> list[Row]:
     meds = {name: statistics.median(times) for name, times in samples.items()}
     peers = {n: m for n, m in meds.items() if not n.startswith("foundry")}
     rows: list[Row] = []

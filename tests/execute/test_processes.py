@@ -194,3 +194,34 @@ def test_no_orphans_when_the_parent_is_killed(tmp_path: Path) -> None:
         for stream in (parent.stdout, parent.stderr):
             if stream is not None:
                 stream.close()
+
+
+FORGETFUL = """
+import sys
+from foundry import Foundry
+from tests.execute import workloads
+
+def main():
+    app = Foundry("forgetful")
+    procs = app.work(model="processes", workers=1, name="procs")(workloads.append_line)
+    pooled = app.work(model="bounded_pool", workers=1, name="pooled")(workloads.append_line)
+    for i in range(3):
+        procs.submit(sys.argv[1], f"p{i}")
+        pooled.submit(sys.argv[1], f"t{i}")
+    # the program ends here: no result() waited for, no app.close()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_accepted_work_is_drained_when_the_program_ends_without_close(tmp_path: Path) -> None:
+    script = tmp_path / "forgetful.py"
+    script.write_text(FORGETFUL)
+    out = tmp_path / "lines.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FOUNDRY_HOME": str(tmp_path / ".foundry")}
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(out.read_text().split()) == ["p0", "p1", "p2", "t0", "t1", "t2"]

@@ -76,3 +76,10 @@ async def async_sleep_then(seconds: float, value: Any = None) -> Any:
 
     await asyncio.sleep(seconds)
     return value
+
+
+def append_line(path: str, line: str) -> str:
+    time.sleep(0.05)
+    with open(path, "a") as out:
+        out.write(line + "\n")
+    return line

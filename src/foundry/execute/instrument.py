@@ -21,13 +21,15 @@ locked path.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from foundry.errors import SubmitError
 from foundry.observe import names
@@ -43,6 +45,8 @@ __all__ = [
     "check_in_process_options",
     "count_value",
     "describe",
+    "drain_at_exit",
+    "forget",
     "usable_cpus",
 ]
 
@@ -50,6 +54,36 @@ FLUSH_EVERY = 256
 FLUSH_SECONDS = 0.5
 
 _LABELS = ("unit", "model")
+
+
+class _Closable(Protocol):
+    def close(self, timeout: float = 10.0) -> None: ...
+
+
+_exit_hooks: dict[int, Callable[[], None]] = {}
+
+
+def drain_at_exit(pool: _Closable) -> None:
+    """Close ``pool`` (draining its accepted work) when the interpreter exits, unless
+    :func:`forget` was called first: accepted work is not dropped because the program
+    reached its end. The hook is registered now, so it runs before the exit hooks of
+    anything imported earlier (``atexit`` runs last-in first-out) — multiprocessing's,
+    which would otherwise terminate a process pool's children before it drained."""
+    ref = weakref.ref(pool)
+
+    def close() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.close(timeout=10.0)
+
+    _exit_hooks[id(pool)] = close
+    atexit.register(close)
+
+
+def forget(pool: _Closable) -> None:
+    hook = _exit_hooks.pop(id(pool), None)
+    if hook is not None:
+        atexit.unregister(hook)
 
 
 def usable_cpus() -> int:

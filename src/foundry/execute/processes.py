@@ -51,13 +51,13 @@ queue and its children's work die with it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import itertools
 import logging
 import multiprocessing
 import multiprocessing.connection as mpc
+import multiprocessing.util  # its exit hook must be registered before any pool registers ours
 import os
 import pickle
 import signal
@@ -65,7 +65,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +84,8 @@ from foundry.execute.instrument import (
     UnitMetrics,
     check_in_process_options,
     describe,
+    drain_at_exit,
+    forget,
     usable_cpus,
 )
 from foundry.handle import Handle
@@ -337,7 +338,7 @@ class ProcessPool:
         self.restarts = registry.counter(names.CHILD_RESTARTS, "Child processes replaced", ("unit",)).labels(
             name
         )
-        _live_pools.add(self)
+        drain_at_exit(self)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -586,7 +587,7 @@ class ProcessPool:
                         self._drain(child)
                         self._on_exit(child)
                 self._enforce_deadlines()
-                if self._closed:
+                if self._closed and not self._depth:  # closing, and nothing left to hand out
                     self._stop_idle()
                 with self._lock:
                     send = self._assign()
@@ -735,8 +736,8 @@ class ProcessPool:
             child.conn.close()
         with contextlib.suppress(OSError):
             child.lifeline.close()
-        with self._lock:
-            replace = not self._closed and self._fatal is None
+        with self._lock:  # replaced while open, or while closing with accepted work to drain
+            replace = self._fatal is None and (not self._closed or self._depth > 0)
         if replace:
             if self._crash_streak >= 3:  # crashing at start-up: don't spin
                 time.sleep(min(2.0, 0.1 * 2 ** min(self._crash_streak, 5)))
@@ -860,7 +861,7 @@ class ProcessPool:
                 os.close(fd)
         self.metrics.close()
         self.gauges.close()
-        _live_pools.discard(self)
+        forget(self)
 
 
 def _signal_name(code: int | None) -> str | None:
@@ -870,15 +871,6 @@ def _signal_name(code: int | None) -> str | None:
         return signal.Signals(-code).name
     except ValueError:
         return None
-
-
-_live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    for pool in list(_live_pools):
-        pool.close(timeout=10.0)
 
 
 # -- the runner ------------------------------------------------------------------------------------

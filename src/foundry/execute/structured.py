@@ -74,6 +74,7 @@ class Scope:
         self._handles: list[Handle] = []
         self._lock = threading.Lock()
         self._token: contextvars.Token[Scope | None] | None = None
+        self._failed_fast = False
 
     def track(self, handle: Handle) -> None:
         with self._lock:
@@ -89,6 +90,22 @@ class Scope:
         for handle in self.handles:
             if not handle.done():
                 handle.cancel()
+
+    def _pending(self) -> list[Handle]:
+        """The unfinished handles; the first time a failure is seen, the rest are cancelled."""
+        pending = [h for h in self.handles if not h.done()]
+        if pending and not self._failed_fast and any(_failed(h) is not None for h in self.handles):
+            self._failed_fast = True
+            self.cancel()
+            pending = [h for h in self.handles if not h.done()]
+        return pending
+
+    def _leave(self, error: BaseException | None) -> None:
+        """Leaving the block: this scope is no longer current; a failed body cancels all."""
+        if self._token is not None:
+            _current.reset(self._token)
+        if error is not None:
+            self.cancel()
 
     def _outcome(self, body_error: BaseException | None) -> BaseException | None:
         errors = [e for e in (_failed(h) for h in self.handles) if e is not None]
@@ -107,10 +124,7 @@ class Scope:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        if self._token is not None:
-            _current.reset(self._token)
-        if error is not None:
-            self.cancel()
+        self._leave(error)
         try:
             self._join()
         except BaseException:
@@ -123,15 +137,7 @@ class Scope:
         return False
 
     def _join(self) -> None:
-        cancelled = False
-        while True:
-            pending = [h for h in self.handles if not h.done()]
-            if not pending:
-                return
-            if not cancelled and any(_failed(h) is not None for h in self.handles):
-                cancelled = True
-                self.cancel()
-                continue
+        while pending := self._pending():
             wait_first(pending, None)
 
     # -- async -------------------------------------------------------------------
@@ -142,10 +148,7 @@ class Scope:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> Literal[False]:
-        if self._token is not None:
-            _current.reset(self._token)
-        if error is not None:
-            self.cancel()
+        self._leave(error)
         try:
             await self._ajoin()
         except BaseException:  # the host task was cancelled: cancellation propagates down
@@ -158,17 +161,9 @@ class Scope:
         return False
 
     async def _ajoin(self) -> None:
-        cancelled = False
         waiters: dict[Handle, asyncio.Future[bool]] = {}
         try:
-            while True:
-                pending = [h for h in self.handles if not h.done()]
-                if not pending:
-                    return
-                if not cancelled and any(_failed(h) is not None for h in self.handles):
-                    cancelled = True
-                    self.cancel()
-                    continue
+            while pending := self._pending():
                 for handle in pending:
                     if handle not in waiters:
                         waiters[handle] = asyncio.ensure_future(handle._source.wait_async(None))

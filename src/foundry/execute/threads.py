@@ -57,12 +57,10 @@ as :class:`~foundry.errors.CancelledError`) whatever had not started when time r
 from __future__ import annotations
 
 import asyncio
-import atexit
 import heapq
 import queue
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
@@ -76,7 +74,15 @@ from foundry.errors import (
     WorkTimeoutError,
 )
 from foundry.execute._task import CANCELLED, QUEUED, RUNNING, SUCCEEDED, Task
-from foundry.execute.instrument import IdMaker, PoolGauges, UnitMetrics, check_in_process_options, usable_cpus
+from foundry.execute.instrument import (
+    IdMaker,
+    PoolGauges,
+    UnitMetrics,
+    check_in_process_options,
+    drain_at_exit,
+    forget,
+    usable_cpus,
+)
 from foundry.handle import Handle
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
@@ -169,7 +175,7 @@ class ThreadPool:
         self.gauges = PoolGauges(
             registry, name, depth=lambda: float(self._depth), oldest_age=self._oldest_age, busy=self.busy
         )
-        _live_pools.add(self)
+        drain_at_exit(self)
 
     # -- reading ---------------------------------------------------------------
 
@@ -452,17 +458,7 @@ class ThreadPool:
         self._threads = [t for t in self._threads if t.is_alive()]
         self.metrics.close()
         self.gauges.close()
-        _live_pools.discard(self)
-
-
-_live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
-
-
-@atexit.register
-def _drain_at_exit() -> None:
-    """Accepted work is not dropped because the program reached its end."""
-    for pool in list(_live_pools):
-        pool.close(timeout=10.0)
+        forget(self)
 
 
 # -- timers for per-unit timeouts ---------------------------------------------------------
