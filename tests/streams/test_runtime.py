@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from foundry import Foundry
-from foundry.backends.stream import open_stream_backend
+from foundry.backends.stream import NewEvent, open_stream_backend
 from foundry.deliver.stream import Idempotency, StreamEvent
 from foundry.errors import (
     DeclarationError,
@@ -158,8 +158,8 @@ def test_event_that_keeps_killing_its_consumer_is_dead_lettered(make_app: MakeAp
     assert "without an acknowledgement" in dead.reason
 
 
-def test_malformed_events_are_rejected_and_nothing_is_lost(make_app: MakeApp) -> None:
-    app = make_app()
+def test_malformed_events_are_rejected_and_nothing_is_lost(make_app: MakeApp, backend_url: str) -> None:
+    app = make_app(backend_url)
     s = app.stream(unique("bad"), key="session_id")
     rec: list[str] = []
     s.consumer(group="g")(lambda e: rec.append(e["session_id"]))
@@ -177,8 +177,15 @@ def test_malformed_events_are_rejected_and_nothing_is_lost(make_app: MakeApp) ->
     with pytest.raises(PayloadTooLargeError, match="bytes"):
         s.publish({"session_id": "s1", "blob": "x" * (1024 * 1024 + 1)})
     s.publish({"session_id": "s4"}, id="ok-2")
+    # Bytes that are not an event (another producer wrote them) are dead-lettered at once.
+    s.runtime.backend.append(s.name, [NewEvent("raw-1", b"\xff not json", key="s5")])
+    s.publish({"session_id": "s5"}, id="ok-3")
     s.drain(timeout=30)
-    assert rec == ["s1", "s4"]
+    assert rec == ["s1", "s4", "s5"]
+    [dead] = s.dead_letters("g")
+    assert dead.id == "raw-1"
+    assert dead.deliveries == 1
+    assert "not valid json" in dead.reason
 
 
 def test_unknown_group_is_a_clear_error(make_app: MakeApp) -> None:

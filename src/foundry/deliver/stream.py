@@ -708,9 +708,14 @@ class _Consumer:
                 )
                 done = event.offset
                 continue
+            data, problem = self._decode(event)
+            if problem is not None:  # no retry can fix bytes that are not an event
+                self._dead_letter(event, problem)
+                done = event.offset
+                continue
             attempt = event.deliveries
             while True:
-                error = self._call(event, attempt)
+                error = self._call(event, data, attempt)
                 if error is None:
                     handled += 1
                     done = event.offset
@@ -740,11 +745,16 @@ class _Consumer:
         self._seconds.observe_many(self._durations)
         self._durations.clear()
 
-    def _call(self, event: Event, attempt: int) -> BaseException | None:
+    def _decode(self, event: Event) -> tuple[Any, str | None]:
         try:
-            data = self.runtime.codec.decode(event.payload)
-        except ValueError as exc:
-            return exc
+            return self.runtime.codec.decode(event.payload), None
+        except Exception as exc:
+            return None, (
+                f"the event is not valid {self.runtime.codec.name} ({type(exc).__name__}: {exc}); "
+                "a producer outside Foundry wrote it, or with another codec"
+            )
+
+    def _call(self, event: Event, data: Any, attempt: int) -> BaseException | None:
         view = StreamEvent(event, self.group, data)
         view.deliveries = attempt
         self.busy_since = time.monotonic()
