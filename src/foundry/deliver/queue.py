@@ -21,7 +21,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from foundry.backends.queue import JobState, JobStatus, NewJob, QueueBackend, open_queue_backend
+from foundry.backends.queue import (
+    Enqueued,
+    JobState,
+    JobStatus,
+    NewJob,
+    QueueBackend,
+    open_queue_backend,
+)
 from foundry.errors import (
     BackendUnavailableError,
     CancelledError,
@@ -53,6 +60,7 @@ __all__ = [
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: a queue carries references to data, not the data
 _WAIT_SLICE = 30.0  # a wait "forever" is many bounded waits on the store
+_SUBMIT_RETRY = 10.0  # seconds submit() keeps trying a store that is briefly unreachable
 
 _STATUS = {
     JobStatus.QUEUED: Status.QUEUED,
@@ -314,8 +322,23 @@ class QueueRunner:
             max_deliveries=self.max_deliveries,
             timeout=options.timeout if options.timeout is not None else traits.timeout,
         )
-        done = self.backend.enqueue(job)
+        done = self._enqueue(job)
         return Handle(done.id, name, JobSource(self.backend, done.id, name))
+
+    def _enqueue(self, job: NewJob) -> Enqueued:
+        """Enqueue, retrying a store that is briefly unreachable (a restart) for up to
+        ``_SUBMIT_RETRY`` seconds. Safe: a retry carries the same job id, so a first
+        attempt whose commit did happen is found, not duplicated."""
+        deadline = time.monotonic() + _SUBMIT_RETRY
+        pause = 0.05
+        while True:
+            try:
+                return self.backend.enqueue(job)
+            except BackendUnavailableError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         return await asyncio.to_thread(self.submit, args, kwargs, options)
