@@ -225,3 +225,14 @@ def test_accepted_work_is_drained_when_the_program_ends_without_close(tmp_path: 
     )
     assert done.returncode == 0, done.stderr
     assert sorted(out.read_text().split()) == ["p0", "p1", "p2", "t0", "t1", "t2"]
+
+
+def test_a_decorated_unit_is_found_by_name_in_the_child(home: Path) -> None:
+    from tests.execute.declared import app as declared_app
+    from tests.execute.declared import triple
+
+    try:
+        assert triple(2) == 6
+        assert triple.submit(5).result(timeout=20) == 15
+    finally:
+        declared_app.close(timeout=5)
