@@ -14,6 +14,7 @@ Reads the store only (``--url URL``, else ``FOUNDRY_QUEUE`` / ``foundry.toml`` /
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -258,7 +259,7 @@ def _stats(args: argparse.Namespace) -> int:
             queues = sorted({s.queue for s in recent}) or ["default"]
         rows = {q: backend.stats(q) for q in queues}
         if args.json:
-            print(json.dumps({q: s.__repr__() for q, s in rows.items()}, indent=2))
+            print(json.dumps({q: dataclasses.asdict(s) for q, s in rows.items()}, indent=2))
             return 0
         from rich.table import Table
 
