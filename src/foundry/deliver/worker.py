@@ -221,9 +221,11 @@ class _QueueLoop:
                     self.ack_cond.wait(0.5)
                 if not self.acks:
                     return
-                if len(self.acks) < self.concurrency and not w.hard.is_set():
-                    # A few more are about to finish: one transaction for them all.
-                    self.ack_cond.wait(ACK_WINDOW)
+                # A few more are about to finish: one transaction for them all.
+                self.ack_cond.wait_for(
+                    lambda: len(self.acks) >= min(self.concurrency, self.prefetch) or w.hard.is_set(),
+                    ACK_WINDOW,
+                )
                 batch, self.acks = self.acks[:256], self.acks[256:]
                 self.acking = len(batch)
             items = [(job.claimed.id, job.claimed.token, data) for job, data, _ in batch]
