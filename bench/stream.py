@@ -213,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3, help="alternate raw and Foundry runs; keep the best")
     parser.add_argument("--engines", default="nats,redis,sqlite")
-    parser.add_argument("--quick", action="store_true", help="2000 events, one round: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="1000 events, one round: a smoke run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    n = 2000 if args.quick else args.events
+    n = 1000 if args.quick else args.events
     repeat = 1 if args.quick else max(1, args.repeat)
     load_before = os.getloadavg()[0]
     results = []

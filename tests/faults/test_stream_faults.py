@@ -28,7 +28,7 @@ from tests.streams.conftest import ENGINES, engine_url, unique
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-EVENTS = 240
+EVENTS = 160
 KEYS = 12
 BATCH, PARTITIONS = 20, 2  # as in _stream_consumer.py
 
@@ -88,7 +88,7 @@ def fault_env(
 @pytest.mark.slow
 def test_consumer_killed_mid_batch_resumes_from_its_committed_position(fault_env: dict[str, str]) -> None:
     db = Path(fault_env["FAULT_DB"])
-    # Given 240 events over 12 keys, published before any consumer runs ...
+    # Given 160 events over 12 keys, published before any consumer runs ...
     app = Foundry("publisher", stream=fault_env["FAULT_URL"], home=fault_env["FAULT_HOME"])
     stream = app.stream(fault_env["FAULT_STREAM"], key="k", partitions=PARTITIONS)
     stream.publish_many(
@@ -100,8 +100,8 @@ def test_consumer_killed_mid_batch_resumes_from_its_committed_position(fault_env
     first = _consumer(fault_env)
     try:
         _wait_for(
-            "the first consumer to handle 60 events",
-            lambda: _count(db, "SELECT count(*) FROM effects") >= 60,
+            "the first consumer to handle 40 events",
+            lambda: _count(db, "SELECT count(*) FROM effects") >= 40,
             60,
         )
         first.send_signal(signal.SIGKILL)
