@@ -118,7 +118,7 @@ def bench_sequential(quick: bool) -> list[Row]:
                 f"sequential, {chunk * reps:,} calls of a {per_call * 1e6:.1f} µs function",
                 name,
                 sum(times),
-                f"{min(times) / chunk * 1e9:,.0f} ns/call (+{extra:,.0f} ns)",
+                f"{min(times) / chunk * 1e9:,.0f} ns/call ({extra:+,.0f} ns)",
                 f"{best:.3f} best-of, {paired:.3f} paired median{target}",
             )
         )

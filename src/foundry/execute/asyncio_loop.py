@@ -58,7 +58,14 @@ from typing import Any
 
 from foundry.errors import CancelledError, OverloadError, PoolDeadlockError, SubmitError, WorkTimeoutError
 from foundry.execute._task import QUEUED, SUCCEEDED, Task
-from foundry.execute.instrument import IdMaker, PoolGauges, UnitMetrics, check_in_process_options
+from foundry.execute.instrument import (
+    IdMaker,
+    PoolGauges,
+    UnitMetrics,
+    check_in_process_options,
+    drain_at_exit,
+    forget,
+)
 from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
@@ -256,6 +263,7 @@ class AsyncRunner:
             oldest_age=self._oldest_age,
             busy=lambda: float(self._running),
         )
+        drain_at_exit(self)
         if not self.is_coroutine:
             log.info(
                 "unit %r is a plain function on the async model: it runs in threads (asyncio.to_thread) "
@@ -460,10 +468,11 @@ class AsyncRunner:
         target = self._target_loop()
         if self._try_accept(task, target):
             return Handle(self._ids(), self.name, task)
-        if target[0] is _running_loop() and self.overflow == "block":
+        if target[0] is _running_loop() and self.overflow != "reject":
             raise OverloadError(
                 f"unit {self.name!r}: the intake is full and submit() was called on the loop, where "
-                "blocking for room would stall it. Fix: `await unit.asubmit(...)`, which waits for room"
+                f"overflow={self.overflow!r} (waiting for room, or running it here) would stall it. "
+                "Fix: `await unit.asubmit(...)`, which waits for room without blocking the loop"
             )
         return self._blocking_submit(task, target)
 
@@ -624,6 +633,7 @@ class AsyncRunner:
                 task.wait(max(0.0, grace - time.monotonic()))
         self.metrics.close()
         self.gauges.close()
+        forget(self)
         if self._managed is not None:
             self._managed = None
             release_managed_loop()
