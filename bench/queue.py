@@ -10,7 +10,8 @@ For each system: its documented worker runs in a subprocess started and stopped 
 -c 8``, ``dramatiq --processes 1 --threads 8``, ``huey_consumer -w 8 -k thread``; RQ has
 no threads — ``rq worker`` forks per job, as shipped), and a producer process submits:
 
-* **throughput** — ``--n`` no-op jobs (10,000) as fast as one thread can submit them;
+* **throughput** — ``--n`` no-op jobs (10,000; RQ ``--rq-n`` 1,000, it forks per job) as
+  fast as one thread can submit them;
   the clock runs from the first submit until the last job has run (for Foundry: until
   the last completion record is written, which is stricter);
 * **latency** — ``--m`` jobs (200) submitted one at a time ``--gap`` apart (10 ms) to an
@@ -308,7 +309,8 @@ def rabbitmqctl(*args: str) -> None:
 
 
 def measure(system: str, args: argparse.Namespace, vhost: str) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", system, "--n", str(args.n), "--m", str(args.m)]
+    n = min(args.n, args.rq_n) if system == "rq" else args.n
+    cmd = [sys.executable, __file__, "--child", system, "--n", str(n), "--m", str(args.m)]
     cmd += ["--gap", str(args.gap), "--vhost", vhost]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
@@ -324,7 +326,8 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
     by = {r["system"]: r for r in results}
     t = Table(
-        title=f"{args.n:,} no-op jobs; latency: {args.m} jobs {args.gap * 1000:g} ms apart to an idle worker"
+        title=f"{args.n:,} no-op jobs (RQ: {min(args.n, args.rq_n):,}); latency: {args.m} jobs "
+        f"{args.gap * 1000:g} ms apart to an idle worker"
     )
     for col in (
         "broker",
@@ -341,7 +344,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         rows = [r for r in results if SYSTEMS[r["system"]][0] == broker]
         peers = [r for r in rows if "rate" in r and not r["system"].startswith(("foundry", "raw"))]
         best = max(peers, key=lambda r: r["rate"]) if peers else None
-        raw = by.get("raw-redis" if broker == "redis" else "raw-amqp")
+        raw = {"redis": by.get("raw-redis"), "rabbitmq": by.get("raw-amqp")}.get(broker)
         for r in rows:
             label = SYSTEMS[r["system"]][1]
             if "error" in r:
@@ -370,6 +373,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=10_000, help="jobs in the throughput run (10,000)")
     p.add_argument("--m", type=int, default=200, help="jobs in the latency run (200)")
     p.add_argument("--gap", type=float, default=0.01, help="seconds between latency submissions (0.01)")
+    p.add_argument("--rq-n", type=int, default=1000, help="jobs in RQ's throughput run (it forks per job)")
     p.add_argument("--only", nargs="+", choices=sorted(SYSTEMS), help="run only these systems")
     p.add_argument("--quick", action="store_true", help="200 jobs, Foundry SQLite vs huey+SQLite")
     p.add_argument("--child", help=argparse.SUPPRESS)

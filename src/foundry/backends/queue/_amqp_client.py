@@ -376,7 +376,6 @@ class AmqpClient:
             self.loop.call_soon_threadsafe(self._wake_pump)
 
     def _wake_pump(self) -> None:
-        self._kicked = False
         self._kick.set()
 
     def _done(self, n: int = 1) -> None:
@@ -390,13 +389,20 @@ class AmqpClient:
             return self._room.wait_for(lambda: self._pending <= 0, timeout)
 
     async def _pump(self) -> None:
+        """Drain the outbox. Publishers wake this task only when it is idle
+        (``_kicked`` is cleared just before it goes back to sleep), so a stream of
+        publishes costs one wake-up per batch, not one per message."""
         while not self.stopped.is_set():
-            await self._kick.wait()
-            if self._inflight:
-                # a stream of publishes: let a few more join this batch (one wake-up and
-                # one socket write for all of them); an idle client sends at once
-                await asyncio.sleep(_GATHER)
+            if not self._outbox:
+                self._kicked = False
+                if not self._outbox:  # nothing slipped in before the flag was cleared
+                    await self._kick.wait()
             self._kick.clear()
+            self._kicked = True
+            if self._inflight:
+                # a stream of publishes: let a few more join this batch (one socket
+                # write for all of them); an idle client sends at once
+                await asyncio.sleep(_GATHER)
             while self._outbox and not self.stopped.is_set():
                 ch = self._pub
                 if ch is None or ch.is_closed or not self._up.is_set():
@@ -419,6 +425,10 @@ class AmqpClient:
                 task = asyncio.ensure_future(self._send(ch, batch))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            if self._outbox and not self.stopped.is_set():
+                # no channel yet, or the confirm window is full: the supervisor (once
+                # reconnected) or a confirmation kicks again
+                await self._kick.wait()
 
     async def _send(self, ch: Any, batch: list[tuple[str, bytes, int]]) -> None:
         """Publish ``batch`` and wait for the broker's confirmations; what is not
