@@ -5,9 +5,10 @@ database restart. Then count.
 What the counts prove: every job completes and every result is readable by the
 submitter; the store holds exactly one completion record per job (each ``complete()``
 that answered True is logged by the worker that wrote it: never two for one job).
-*Executions* may exceed one, but only for jobs a killed worker held when it died —
-at most its prefetch window (``PREFETCH``) per kill — because their effects happened
-and their acknowledgements did not. That is at-least-once delivery with a single
+*Executions* may exceed one, but only for jobs a killed worker held when it died — at
+most its prefetch window (``PREFETCH`` jobs held) plus as many finished jobs whose
+acknowledgement was not yet written, per kill — because their effects happened and
+their acknowledgements did not. That is at-least-once delivery with a single
 completion record: exactly-once *effect* needs the unit to be idempotent.
 """
 
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = 1000
 KILLS = 3
 PREFETCH = 8  # per worker process (tests/faults/_queue_worker.py)
-LEASE = 2.0
+LEASE = 3.0  # long enough that a starved (not dead) worker keeps its leases on a loaded machine
 RESTARTS = {
     "postgres": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart",
 }
@@ -126,7 +127,7 @@ def check_exactly_one_completion(group: Fleet, url: str, handles: list[Any], *, 
     ran = group.count("SELECT count(DISTINCT job) FROM runs")
     assert ran == len(handles), "a job never executed"
     extra = group.count("SELECT count(*) FROM runs") - len(handles)
-    assert extra <= kills * PREFETCH, f"{extra} extra executions beyond the killed workers' windows"
+    assert extra <= kills * 2 * PREFETCH, f"{extra} extra executions beyond the killed workers' windows"
 
 
 @pytest.mark.slow

@@ -209,8 +209,12 @@ class _QueueLoop:
         redelivered — at-least-once, never lost."""
         job.acking = True
         with self.ack_cond:
+            # At most ``prefetch`` completions wait to be written: with the ``prefetch`` jobs
+            # held, that bounds what a crash of this worker can make run twice.
+            while len(self.acks) + self.acking >= self.prefetch and not self.worker.hard.is_set():
+                self.ack_cond.wait(0.1)
             self.acks.append((job, data, model))
-            self.ack_cond.notify()
+            self.ack_cond.notify_all()
 
     def _ack_loop(self) -> None:
         w = self.worker
