@@ -113,6 +113,9 @@ class WorkUnit:
         """Run on the unit's model and return the result (``await`` it for async units
         called from a loop: calling an async unit returns a coroutine)."""
         if self.is_async and _in_loop():
+            acall = getattr(self._runner or self.runner, "acall", None)
+            if acall is not None:  # the model runs it in the caller's own task (async)
+                return acall(args, kwargs)
             return self._acall(args, kwargs)
         runner = self._runner
         if runner is None:
@@ -120,11 +123,7 @@ class WorkUnit:
         return runner.call(args, kwargs)
 
     async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        runner = self.runner
-        acall = getattr(runner, "acall", None)
-        if acall is not None:  # the model can run it in the caller's own task (async)
-            return await acall(args, kwargs)
-        handle = _tracked(await runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
+        handle = _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
         return await handle
 
     def submit(self, *args: Any, **kwargs: Any) -> Handle:

@@ -248,6 +248,7 @@ class AsyncRunner:
         self._waiting: deque[AsyncTask | _Inline] = deque()  # FIFO for permits
         self._queued = 0  # AsyncTasks in _waiting, not cancelled (the bounded intake)
         self._inline_waiting = 0
+        self._room_waiters = 0  # sync submitters blocked on a full intake
         self._async_room: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
         self._live: set[AsyncTask] = set()
         self._closed = False
@@ -346,21 +347,21 @@ class AsyncRunner:
                 break
             if grant is None:
                 self._running -= 1
-            self._wake_room()
+            if (self._room_waiters or self._async_room) and not isinstance(grant, _Inline):
+                self._wake_room()  # a permit or a place in the intake came free
         if grant is not None:
             self._grant(grant)
 
     def _wake_room(self) -> None:
         """Under the lock: tell one submitter blocked on a full intake to retry."""
-        self._room.notify()
+        if self._room_waiters:
+            self._room.notify()
         while self._async_room:
             loop, future = self._async_room.popleft()
             if not future.done():
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_set_none, future)
                 break
-        if self._closed and not self._running and not self._queued:
-            self._room.notify_all()
 
     def _grant(self, item: AsyncTask | _Inline) -> None:
         """A permit was assigned to ``item``: start it (on its own loop)."""
@@ -514,8 +515,8 @@ class AsyncRunner:
         return Handle(self._ids(), self.name, task)
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``await unit(x)``: run in the caller's task once a permit is free."""
-        loop = asyncio.get_running_loop()
+        """``await unit(x)``: run in the caller's task once a permit is free (one frame
+        and one lock round trip more than ``async with semaphore: await fn(x)``)."""
         with self._lock:
             if self._closed:
                 raise SubmitError(
@@ -525,11 +526,23 @@ class AsyncRunner:
             if fast:
                 self._running += 1
         if not fast:
-            await self._acquire(loop)
+            await self._acquire(asyncio.get_running_loop())
+        if self.timeout is not None or not self.is_coroutine:
+            try:
+                return await self._execute(args, kwargs, self.timeout)
+            finally:
+                self._release()
+        started = time.perf_counter()
         try:
-            return await self._execute(args, kwargs, self.timeout)
+            value = await self.fn(*args, **kwargs)
+        except BaseException:
+            self.metrics.fail(time.perf_counter() - started)
+            raise
         finally:
             self._release()
+        now = time.perf_counter()
+        self.metrics.ok(now - started, now)
+        return value
 
     async def _acquire(self, loop: asyncio.AbstractEventLoop) -> None:
         ticket = _Inline(loop)
@@ -571,7 +584,11 @@ class AsyncRunner:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._overflow_error(self.block_timeout)
-                self._room.wait(min(left, 0.5))
+                self._room_waiters += 1
+                try:
+                    self._room.wait(min(left, 0.5))
+                finally:
+                    self._room_waiters -= 1
         return Handle(self._ids(), self.name, task)
 
     # -- cancellation and closing ------------------------------------------------------------
