@@ -52,7 +52,6 @@ queue and its children's work die with it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import logging
 import multiprocessing
@@ -64,9 +63,7 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -77,6 +74,7 @@ from foundry.errors import (
     SubmitError,
     WorkTimeoutError,
 )
+from foundry.execute._child import ERROR, OK, PICKLE, SKIPPED, child_main, resolve_target
 from foundry.execute._task import QUEUED, RUNNING, SUCCEEDED, Task
 from foundry.execute.instrument import (
     IdMaker,
@@ -92,7 +90,7 @@ from foundry.handle import Handle
 from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_error, encode_error
+from foundry.serialize import decode_error
 
 __all__ = ["ProcessPool", "ProcessRunner", "make_runner", "resolve_target"]
 
@@ -105,139 +103,11 @@ DEFAULT_BLOCK_TIMEOUT = 30.0
 AHEAD_MAX = 8  # units handed ahead to a busy child, at most
 AHEAD_BYTES = 32 * 1024  # ... and at most this many bytes of arguments (a pipe holds more)
 SHORT = 0.002  # a unit is "short" (may be handed ahead) below this many seconds
-PICKLE = pickle.HIGHEST_PROTOCOL
-
-_OK, _ERROR, _ERROR_RECORD, _SKIPPED = range(4)
 
 
 def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-# -- what the child runs -----------------------------------------------------------------------
-
-
-def resolve_target(module: str, qualname: str) -> Callable[..., Any]:
-    """Import ``module`` and walk ``qualname``; a ``@app.work`` unit gives its function."""
-    target: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    if type(target).__name__ == "WorkUnit" and type(target).__module__ == "foundry.units":
-        target = target.fn
-    if not callable(target):
-        raise TypeError(f"{module}.{qualname} is {type(target).__name__}, not a function")
-    return target  # type: ignore[no-any-return]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: SIGKILL this process when the thread that forked it dies."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _watch_lifeline(lifeline: mpc.Connection) -> None:  # pragma: no cover - runs in the child
-    """Exit the child as soon as the parent's end of the lifeline closes (it died)."""
-    try:
-        lifeline.recv_bytes()
-    except (EOFError, OSError):
-        pass
-    os._exit(70)
-
-
-def _portable(error: BaseException) -> tuple[int, Any]:
-    """The exception itself when it pickles (with the child's traceback as a note), else
-    a JSON record that the parent rebuilds as the original type or a RemoteError."""
-    text = "".join(traceback.format_exception(error))
-    try:
-        error.add_note(f"--- raised in child pid {os.getpid()} ---\n{text}")
-        pickle.loads(pickle.dumps(error, PICKLE))
-    except Exception:
-        return _ERROR_RECORD, encode_error(error)
-    return _ERROR, error
-
-
-def child_main(
-    conn: mpc.Connection, lifeline: mpc.Connection, unit: str, module: str, qualname: str
-) -> None:  # pragma: no cover - runs in the child (covered by the tests, in another process)
-    """The child's loop: resolve the function, then run units in the order received."""
-    _die_with_parent()
-    threading.Thread(target=_watch_lifeline, args=(lifeline,), name="foundry-lifeline", daemon=True).start()
-    try:
-        fn = resolve_target(module, qualname)
-    except BaseException as exc:
-        conn.send_bytes(pickle.dumps(("fatal", encode_error(exc)), PICKLE))
-        return
-    conn.send_bytes(pickle.dumps(("ready", os.getpid()), PICKLE))
-    work: deque[tuple[int, bytes]] = deque()
-    skips: set[int] = set()
-    send, recv, poll = conn.send_bytes, conn.recv_bytes, conn.poll
-    perf = time.perf_counter
-
-    def take(message: Any) -> bool:
-        kind = message[0]
-        if kind == "run":
-            work.extend(message[1])
-        elif kind == "skip":
-            skips.add(message[1])
-        elif kind == "stop":
-            return False
-        return True
-
-    while True:
-        try:
-            if not work and not take(pickle.loads(recv())):
-                return
-            while poll():
-                if not take(pickle.loads(recv())):
-                    return
-        except (EOFError, OSError):
-            return
-        if not work:
-            continue
-        tid, payload = work.popleft()
-        if tid in skips:
-            skips.discard(tid)
-            send(pickle.dumps((tid, _SKIPPED, None, 0.0), PICKLE))
-            continue
-        started = perf()
-        try:
-            args, kwargs = pickle.loads(payload)
-            value = fn(*args, **kwargs)
-        except BaseException as exc:
-            kind, data = _portable(exc)
-            message = (tid, kind, data, perf() - started)
-        else:
-            message = (tid, _OK, value, perf() - started)
-        del payload
-        try:
-            blob = pickle.dumps(message, PICKLE)
-        except Exception as exc:
-            blob = pickle.dumps(
-                (
-                    tid,
-                    _ERROR_RECORD,
-                    encode_error(
-                        SubmitError(
-                            f"unit {unit!r}: its result cannot be pickled back to the parent "
-                            f"({type(exc).__name__}: {exc}). Fix: return plain data"
-                        )
-                    ),
-                    message[3],
-                ),
-                PICKLE,
-            )
-        try:
-            send(blob)
-        except (EOFError, OSError):
-            return
 
 
 # -- the parent side ------------------------------------------------------------------------------
@@ -658,12 +528,12 @@ class ProcessPool:
                 child.head_since = now
             self._avg = seconds if not self._observed else 0.8 * self._avg + 0.2 * seconds
             self._observed += 1
-            if kind == _OK:
+            if kind == OK:
                 callbacks = task._settle(data, None)
-            elif kind == _SKIPPED:
+            elif kind == SKIPPED:
                 callbacks = None
             else:
-                error = data if kind == _ERROR else decode_error(data)
+                error = data if kind == ERROR else decode_error(data)
                 callbacks = task._settle(None, error)
             retire = (
                 self.max_tasks_per_child is not None
@@ -673,7 +543,7 @@ class ProcessPool:
             if retire:
                 child.stopping = True
         if callbacks is not None:
-            if kind == _OK:
+            if kind == OK:
                 self.metrics.ok(seconds, now)
             else:
                 self.metrics.fail(seconds)
