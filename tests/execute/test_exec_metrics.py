@@ -127,3 +127,28 @@ def test_prometheus_text_parses_with_every_model_registered(app: Foundry) -> Non
 
 async def _touch(unit: object) -> None:
     await unit(2)  # type: ignore[operator]
+
+
+def test_read_hooks_flush_buffered_observations_before_every_read() -> None:
+    from foundry.observe.metrics import Histogram, Registry
+
+    registry = Registry()
+    buffered: list[float] = []
+    histogram = registry.histogram("x_seconds", "test", ("unit",)).labels("u")
+
+    def flush() -> None:
+        histogram.observe_many(buffered)
+        buffered.clear()
+
+    unregister = registry.on_read(flush)
+    buffered.extend([0.001, 0.002, 0.5])
+    assert registry.value("x_seconds", unit="u") == 3  # the read drained the buffer first
+    assert 'x_seconds_count{unit="u"} 3' in registry.prometheus()
+    unregister()
+    buffered.append(0.1)
+    assert registry.value("x_seconds", unit="u") == 3
+    one_by_one = Histogram()
+    for value in (0.001, 0.002, 0.5):
+        one_by_one.observe(value)
+    assert one_by_one.counts == histogram.counts
+    assert one_by_one.max == histogram.max
