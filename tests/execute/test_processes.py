@@ -236,3 +236,12 @@ def test_a_decorated_unit_is_found_by_name_in_the_child(home: Path) -> None:
         assert triple.submit(5).result(timeout=20) == 15
     finally:
         declared_app.close(timeout=5)
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(app: Foundry) -> None:
+    unit = app.work(model="processes", workers=1, timeout="200ms", name="stubborn")(
+        workloads.ignore_sigterm_and_sleep
+    )
+    with pytest.raises(WorkTimeoutError):
+        unit.submit(30).result(timeout=20)
+    assert app.metrics.value(names.CHILD_EXITS, unit="stubborn", code="-9") == 1  # SIGKILL

@@ -83,3 +83,10 @@ def append_line(path: str, line: str) -> str:
     with open(path, "a") as out:
         out.write(line + "\n")
     return line
+
+
+def ignore_sigterm_and_sleep(seconds: float) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(seconds)
