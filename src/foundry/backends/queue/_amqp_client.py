@@ -47,15 +47,30 @@ MAX_PENDING = 50_000  # messages published but not yet confirmed, per process
 # "multiple" ack the broker sends, so an unbounded window costs O(n²).
 _WINDOW = 512
 _GATHER = 0.001  # seconds a busy publisher waits to batch messages into one write
+_PACK = 16  # most jobs carried by one message
+
+Outgoing = tuple[str, bytes, int, int]  # (queue, body, broker priority, jobs in the body)
 _REDECLARE = 30.0  # seconds after which a publish declares its queue again (x-expires)
+
+
+class Message:
+    """One AMQP delivery, which may carry several jobs (see :meth:`AmqpClient._pump`):
+    it is acknowledged once every job in it is settled."""
+
+    __slots__ = ("channel", "left", "nacked", "tag")
+
+    def __init__(self, channel: Any, tag: int, jobs: int) -> None:
+        self.channel = channel  # the aiormq channel it arrived on: the ack must go there
+        self.tag = tag
+        self.left = jobs
+        self.nacked = False
 
 
 class Delivery(NamedTuple):
     job_id: str
     priority: int
     eta: float | None
-    tag: int
-    channel: Any  # the aiormq channel it arrived on: the ack must go there
+    message: Message
 
 
 class Consumer:
@@ -82,16 +97,14 @@ class Consumer:
     async def on_message(self, message: DeliveredMessage) -> None:
         if message.channel is not self.channel:
             return  # an old channel's delivery: the broker gives it back to the queue
-        job_id, priority, eta = message.body.decode().rsplit(" ", 2)
-        delivery = Delivery(
-            job_id,
-            int(priority),
-            None if eta == "-" else float(eta),
-            int(message.delivery_tag or 0),
-            message.channel,
-        )
+        lines = message.body.decode().split("\n")
+        record = Message(message.channel, int(message.delivery_tag or 0), len(lines))
+        deliveries = []
+        for line in lines:
+            job_id, priority, eta = line.rsplit(" ", 2)
+            deliveries.append(Delivery(job_id, int(priority), None if eta == "-" else float(eta), record))
         with self.cond:
-            self.buf.append(delivery)
+            self.buf.extend(deliveries)
             self.cond.notify()
 
     @contextlib.contextmanager
@@ -150,7 +163,23 @@ def _framing_supported(ch: Any) -> bool:
     return all(hasattr(ch, a) for a in ("confirmations", "delivery_tag", "write_queue", "lock", "number"))
 
 
-async def _publish_framed(ch: Any, batch: list[tuple[str, bytes, int]]) -> list[asyncio.Future[Any]]:
+def _pack(items: list[Outgoing]) -> list[Outgoing]:
+    """Merge consecutive due jobs for the same queue and priority into one message
+    (at most ``_PACK`` jobs): a burst of submissions costs the broker and every
+    consumer one delivery per message, not per job. Delayed jobs travel alone."""
+    out: list[Outgoing] = []
+    for item in items:
+        queue, body, priority, count = item
+        if out and body.endswith(b" -"):
+            q, b, p, c = out[-1]
+            if q == queue and p == priority and c + count <= _PACK and b.endswith(b" -"):
+                out[-1] = (q, b + b"\n" + body, p, c + count)
+                continue
+        out.append(item)
+    return out
+
+
+async def _publish_framed(ch: Any, batch: list[Outgoing]) -> list[asyncio.Future[Any]]:
     """Publish ``batch`` on ``ch`` (confirm mode) as one socket write: Foundry frames the
     three AMQP frames of each message itself (method, content header with
     ``delivery_mode=2`` and ``priority``, body) and registers each delivery tag's
@@ -159,7 +188,7 @@ async def _publish_framed(ch: Any, batch: list[tuple[str, bytes, int]]) -> list[
     futures: list[asyncio.Future[Any]] = []
     parts: list[bytes] = []
     async with ch.lock:
-        for queue, body, priority in batch:
+        for queue, body, priority, _ in batch:
             ch.delivery_tag += 1
             future = ch.create_future()
             ch.confirmations[ch.delivery_tag] = future
@@ -193,7 +222,8 @@ class AmqpClient:
         self._args: dict[str, dict[str, Any]] = {}  # queue -> declare arguments
         self._declared: dict[str, float] = {}  # on the current connection: queue -> when
         self._consumers: dict[str, Consumer] = {}
-        self._outbox: deque[tuple[str, bytes, int]] = deque()  # (queue, body, broker priority)
+        self._settle_lock = threading.Lock()
+        self._outbox: deque[Outgoing] = deque()
         self._pending = 0  # published and not yet confirmed (outbox + in flight)
         self._inflight = 0  # sent and not yet confirmed
         self._room = threading.Condition()
@@ -370,7 +400,7 @@ class AmqpClient:
                     "in the state store and will be delivered"
                 )
             self._pending += 1
-        self._outbox.append((queue, body, priority))
+        self._outbox.append((queue, body, priority, 1))
         if not self._kicked:
             self._kicked = True
             self.loop.call_soon_threadsafe(self._wake_pump)
@@ -410,9 +440,9 @@ class AmqpClient:
                 room = _WINDOW - self._inflight
                 if room <= 0:
                     break  # a confirmation kicks again
-                batch = [self._outbox.popleft() for _ in range(min(room, len(self._outbox)))]
+                batch = _pack([self._outbox.popleft() for _ in range(min(room, len(self._outbox)))])
                 try:
-                    for queue in {q for q, _, _ in batch}:
+                    for queue in {q for q, _, _, _ in batch}:
                         declared = self._declared.get(queue)
                         if declared is None or time.monotonic() - declared > _REDECLARE:
                             await self._declare(queue)
@@ -430,7 +460,7 @@ class AmqpClient:
                 # reconnected) or a confirmation kicks again
                 await self._kick.wait()
 
-    async def _send(self, ch: Any, batch: list[tuple[str, bytes, int]]) -> None:
+    async def _send(self, ch: Any, batch: list[Outgoing]) -> None:
         """Publish ``batch`` and wait for the broker's confirmations; what is not
         confirmed goes back to the outbox."""
         try:
@@ -443,15 +473,15 @@ class AmqpClient:
             results = [exc] * len(batch)
         self._inflight -= len(batch)
         failed = [item for item, r in zip(batch, results, strict=True) if not isinstance(r, spec.Basic.Ack)]
-        self._done(len(batch) - len(failed))
+        self._done(sum(item[3] for item in batch) - sum(item[3] for item in failed))
         if failed:
             if not self.stopped.is_set() and not ch.is_closed:
                 await asyncio.sleep(0.05)  # nacked by a live broker: do not spin
             self._outbox.extend(failed)
         self._kick.set()
 
-    def _publish_one(self, ch: Any, item: tuple[str, bytes, int]) -> Any:
-        queue, body, priority = item
+    def _publish_one(self, ch: Any, item: Outgoing) -> Any:
+        queue, body, priority, _ = item
         props = spec.Basic.Properties(delivery_mode=2, priority=priority)
         return asyncio.ensure_future(ch.basic_publish(body, routing_key=queue, properties=props))
 
@@ -514,23 +544,41 @@ class AmqpClient:
                     await self._unsubscribe(consumer)
 
     def settle(self, deliveries: list[Delivery], *, ack: bool) -> None:
-        """Acknowledge (or give back, ``ack=False``) deliveries; stale ones are skipped
-        (their channel closed, so the broker already took them back)."""
+        """Acknowledge (or give back, ``ack=False``) deliveries: a message is acked when
+        its last job is settled, given back whole at the first give-back (its other jobs
+        come again and are skipped by the store). Stale ones are skipped: their channel
+        closed, so the broker already took them back."""
         if not deliveries:
             return
+        now = time.monotonic()
         for consumer in self._consumers.values():
-            if consumer.channel is deliveries[0].channel:
-                consumer.recent = time.monotonic()
+            if consumer.channel is deliveries[0].message.channel:
+                consumer.recent = now
+        done: list[Message] = []
+        with self._settle_lock:
+            for d in deliveries:
+                m = d.message
+                if m.nacked or m.left <= 0:
+                    continue
+                if ack:
+                    m.left -= 1
+                    if m.left == 0:
+                        done.append(m)
+                else:
+                    m.nacked = True
+                    done.append(m)
+        if not done:
+            return
 
         async def settle() -> None:
-            for d in deliveries:
-                if d.channel.is_closed:
+            for m in done:
+                if m.channel.is_closed:
                     continue
                 with contextlib.suppress(Exception):
                     if ack:
-                        await d.channel.basic_ack(d.tag, wait=False)
+                        await m.channel.basic_ack(m.tag, wait=False)
                     else:
-                        await d.channel.basic_nack(d.tag, requeue=True, wait=False)
+                        await m.channel.basic_nack(m.tag, requeue=True, wait=False)
 
         self.loop.call_soon_threadsafe(lambda: self._spawn_now(settle()))
 

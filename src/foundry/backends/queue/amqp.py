@@ -23,8 +23,8 @@ URL: ``amqp://user:password@host:5672/vhost`` with query options
 idempotency key, lease and token, attempts, the single completion record, the result,
 the dead-letter reason — is written to a *state store*, one of Foundry's own queue
 stores (the same tables as the SQLite/PostgreSQL engines, or the Redis engine's keys).
-RabbitMQ carries one small persistent message per delivery (``<job id> <priority>
-<eta>``) on a durable priority queue, and pushes it to a consumer with
+RabbitMQ carries small persistent messages (lines of ``<job id> <priority> <eta>``; a
+burst of due jobs of one queue and priority shares a message, at most 16) on a durable priority queue, and pushes it to a consumer with
 ``basic.qos(prefetch)`` — workers wake on delivery, they do not poll.
 
 **A claim**: the worker takes up to ``limit`` pushed messages, leases *those* jobs in the
