@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,15 +14,6 @@ from foundry.execute import scope
 from foundry.handle import Status
 from foundry.observe import names
 from tests.execute import workloads
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("async-tests")
-    try:
-        yield app
-    finally:
-        app.close(timeout=5)
 
 
 def test_permits_bound_concurrency_across_every_path(app: Foundry) -> None:

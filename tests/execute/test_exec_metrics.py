@@ -7,8 +7,6 @@ import asyncio
 import math
 import re
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,15 +15,6 @@ from foundry.observe import names
 from tests.execute import workloads
 
 MODELS = ["sequential", "async", "threads", "bounded_pool", "processes"]
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("metrics-tests")
-    try:
-        yield app
-    finally:
-        app.close(timeout=5)
 
 
 @pytest.mark.parametrize("model", MODELS)

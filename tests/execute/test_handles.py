@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,15 +27,6 @@ _ASYNC_TWIN: dict[Callable[..., Any], Callable[..., Any]] = {
     workloads.sleep_then: workloads.async_sleep_then,
 }
 _names = itertools.count()
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("exec-tests")
-    try:
-        yield app
-    finally:
-        app.close(timeout=5)
 
 
 def unit(app: Foundry, model: str, fn: Callable[..., Any], **traits: Any) -> WorkUnit:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,15 +25,6 @@ from foundry.handle import Status
 from foundry.observe import names
 from foundry.units import WorkUnit
 from tests.execute import workloads
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("pool-tests")
-    try:
-        yield app
-    finally:
-        app.close(timeout=5)
 
 
 @pytest.fixture

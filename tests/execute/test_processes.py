@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,6 @@ from foundry.observe import names
 from tests.execute import workloads
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("proc-tests")
-    try:
-        yield app
-    finally:
-        app.close(timeout=5)
 
 
 def _runner(unit: object) -> ProcessRunner:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,15 +82,6 @@ def test_tripwire_sequential_touches_no_pool_loop_thread_or_backend(home: Path) 
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "untouched"
-
-
-@pytest.fixture
-def app(home: Path) -> Iterator[Foundry]:
-    app = Foundry("seq-tests")
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def test_calls_are_counted_and_timed(app: Foundry) -> None:
