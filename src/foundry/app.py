@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 from foundry.config import Settings, load_settings
-from foundry.decide import Decision
+from foundry.decide import Decision, Host
 from foundry.errors import DeclarationError, NotFoundError
 from foundry.observe.metrics import Registry
+from foundry.profile import current_host
 from foundry.runtime import Runner, RuntimeContext, UnitSpec
 from foundry.traits import traits_from_kwargs
 from foundry.units import WorkUnit, check_callable
@@ -49,8 +50,12 @@ class Foundry:
         queue: str | None = None,
         stream: str | None = None,
         journal: str | None = None,
+        host: Host | None = None,
     ) -> None:
         self.name = name
+        # The machine decisions are made for: this one, unless told (a plan for another
+        # machine, or a test that pins the answers).
+        self.host: Host = host if host is not None else current_host()
         self._settings_args: dict[str, Any] = {
             "home": home,
             "queue": queue,

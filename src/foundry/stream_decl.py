@@ -63,7 +63,7 @@ class StreamDecl:
             defaults["key"] = key
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
         self.key = self.traits.key
-        self.decision, self.phases = decide_phases(name, self.traits, None)
+        self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         self.config = self._config(options)
         self.codec = str(options.get("codec", "json"))
         if self.codec not in ("json", "pickle"):

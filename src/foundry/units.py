@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from foundry.decide import Decision, decide
+from foundry.decide import Decision, Host, decide
 from foundry.errors import DeclarationError, SubmitError
 from foundry.execute.structured import current_scope
 from foundry.handle import Handle
@@ -39,10 +39,16 @@ def check_callable(unit: str, fn: Any) -> Callable[..., Any]:
 
 
 def decide_phases(
-    name: str, traits: Traits, phases: Mapping[str, Mapping[str, Any]] | None
+    name: str,
+    traits: Traits,
+    phases: Mapping[str, Mapping[str, Any]] | None,
+    host: Host | None = None,
 ) -> tuple[Decision, dict[str, Decision]]:
-    """Decide the unit and each declared phase (a phase inherits the unit's traits)."""
-    main = decide(traits, phase="main")
+    """Decide the unit and each declared phase (a phase inherits the unit's traits).
+
+    ``host`` is the machine the app runs on (cores, GIL); ``None`` lets the engine
+    assume a typical one and say so."""
+    main = decide(traits, phase="main", host=host)
     decided: dict[str, Decision] = {}
     for phase_name, raw in (phases or {}).items():
         if not isinstance(phase_name, str) or not phase_name or phase_name == "main":
@@ -63,7 +69,7 @@ def decide_phases(
             )
         # A phase inherits the unit's answers but not its explicit model override.
         phase_traits = traits_from_kwargs(f"{name}.{phase_name}", raw, base=traits.merged(model=None))
-        decided[phase_name] = decide(phase_traits, phase=phase_name)
+        decided[phase_name] = decide(phase_traits, phase=phase_name, host=host)
     return main, decided
 
 
@@ -82,7 +88,7 @@ class WorkUnit:
         self.fn = fn
         self.name = name
         self.traits = traits
-        self.decision, self.phases = decide_phases(name, traits, phases)
+        self.decision, self.phases = decide_phases(name, traits, phases, app.host)
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
         self._runner: Runner | None = None

@@ -56,7 +56,7 @@ class WorkflowUnit:
             )
         defaults = {"multi_step": True, "compensate": True, "durable": True}
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
-        self.decision, self.phases = decide_phases(name, self.traits, None)
+        self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         if self.decision.delivery != "workflow":
             raise DeclarationError(
                 name,
