@@ -466,3 +466,16 @@ def _opts(**kw: Any) -> Any:
     from foundry.runtime import SubmitOptions
 
     return SubmitOptions(**kw)
+
+
+def test_through_the_app_a_pipeline_unit_maps_in_order_and_close_drains(home: Any) -> None:
+    app = Foundry("chan3")
+
+    @app.work(stages=2)
+    def rows(p: Pipeline) -> Pipeline:
+        return p.stage(double, concurrency=2, buffer=4).stage(add_one, concurrency=4, buffer=4)
+
+    assert list(rows.map(range(100))) == [2 * x + 1 for x in range(100)]
+    handles = [rows.submit(x) for x in range(20)]
+    app.close()  # drains the unit's pipeline: every accepted item is finished
+    assert [h.result(0) for h in handles] == [2 * x + 1 for x in range(20)]
