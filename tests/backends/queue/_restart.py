@@ -25,14 +25,26 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def restart_server(stop: str, start: str, service: str, ready: Callable[[], bool]) -> None:
-    """Stop the shared server and ALWAYS bring it back (other tests use it too)."""
+def restart_server(stop: str, start: str, service: str, ready: Callable[[], bool], *fallbacks: str) -> None:
+    """Stop the shared server and ALWAYS bring it back (other tests use it too): the
+    start command is retried, then each fallback, until the server answers again."""
     try:
         subprocess.run(stop, shell=True, check=False, timeout=120, capture_output=True)
         wait_for(lambda: not reachable(service, 0.2), 30, f"{service} to stop")
     finally:
-        subprocess.run(start, shell=True, check=True, timeout=120, capture_output=True)
-        wait_for(lambda: reachable(service, 0.5) and ready(), 120, f"{service} to come back")
+        deadline = time.monotonic() + 180
+        commands = [start, start, *fallbacks, start]
+        attempt = 0
+        while True:
+            command = commands[min(attempt, len(commands) - 1)]
+            subprocess.run(command, shell=True, check=False, timeout=120, capture_output=True)
+            attempt += 1
+            try:
+                wait_for(lambda: reachable(service, 0.5) and ready(), 30, f"{service} to come back")
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
 
 
 def run_through_restart(url: str, restart: Callable[[], None], jobs: int = 200) -> None:

@@ -192,6 +192,12 @@ def _rabbit_ready() -> bool:
 @pytest.mark.slow
 def test_a_rabbitmq_restart_mid_run_loses_nothing(url: str) -> None:
     def restart() -> None:
-        restart_server("rabbitmqctl stop_app", "rabbitmqctl start_app", "rabbitmq", _rabbit_ready)
+        restart_server(
+            "rabbitmqctl stop_app",
+            "rabbitmqctl start_app",
+            "rabbitmq",
+            _rabbit_ready,
+            "rabbitmq-server -detached",
+        )
 
     run_through_restart(url, restart)

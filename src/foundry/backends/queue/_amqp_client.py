@@ -2,10 +2,13 @@
 thread (aiormq, the AMQP core of aio-pika), used from ordinary threads.
 
 * **Publishing** never waits on the network: a message goes into an outbox that one
-  task drains onto a channel in publisher-confirm mode. A message leaves the outbox's
-  accounting only when the broker confirmed it; a nack or a dropped connection puts it
-  back and it is sent again (duplicates are harmless: the state store decides). The
-  outbox is bounded: a publisher blocks when it is full and gives up with
+  task drains onto a channel in publisher-confirm mode — woken once per batch, not per
+  message; due jobs of one queue and priority in a batch share a message (``_pack``);
+  the batch is framed here and written in one socket write (``_publish_framed``), at
+  most ``_WINDOW`` messages unconfirmed. A message leaves the outbox's accounting only
+  when the broker confirmed it; a nack or a dropped connection puts it back and it is
+  sent again (duplicates are harmless: the state store decides). The outbox is
+  bounded: a publisher blocks when it is full and gives up with
   :class:`~foundry.errors.BackendUnavailableError` after ``reconnect`` seconds.
 * **Consuming** is push: one channel per queue with ``basic.qos(prefetch)`` and
   ``basic.consume``; deliveries land in a buffer that ``take`` hands to the claimer.
@@ -523,25 +526,27 @@ class AmqpClient:
                 await ch.close()
             raise
 
-    async def _unsubscribe(self, consumer: Consumer) -> None:
-        ch, consumer.channel = consumer.channel, None
-        consumer.prefetch = 0
-        consumer._drop_buffer()
+    async def _unsubscribe(self, consumer: Consumer, *, idle_for: float | None = None) -> None:
+        """Close ``consumer``'s channel (the broker requeues what it held); with
+        ``idle_for``, only if no claim is using it and none ended that recently —
+        decided under the consumer's lock, so a claim starting now resubscribes."""
+        with consumer.cond:
+            if idle_for is not None and (consumer.active or time.monotonic() - consumer.last_use <= idle_for):
+                return
+            ch, consumer.channel = consumer.channel, None
+            consumer.prefetch = 0
+            consumer.buf.clear()
+            consumer.cond.notify_all()
         if ch is not None and not ch.is_closed:
             with contextlib.suppress(Exception):
-                await ch.close()  # the broker requeues what the channel held
+                await ch.close()
 
     async def _linger_loop(self) -> None:
         while not self.stopped.is_set():
             await asyncio.sleep(0.25)
-            now = time.monotonic()
             for consumer in list(self._consumers.values()):
-                if (
-                    consumer.channel is not None
-                    and consumer.active == 0
-                    and now - consumer.last_use > self.linger
-                ):
-                    await self._unsubscribe(consumer)
+                if consumer.channel is not None:
+                    await self._unsubscribe(consumer, idle_for=self.linger)
 
     def settle(self, deliveries: list[Delivery], *, ack: bool) -> None:
         """Acknowledge (or give back, ``ack=False``) deliveries: a message is acked when

@@ -24,8 +24,9 @@ idempotency key, lease and token, attempts, the single completion record, the re
 the dead-letter reason — is written to a *state store*, one of Foundry's own queue
 stores (the same tables as the SQLite/PostgreSQL engines, or the Redis engine's keys).
 RabbitMQ carries small persistent messages (lines of ``<job id> <priority> <eta>``; a
-burst of due jobs of one queue and priority shares a message, at most 16) on a durable priority queue, and pushes it to a consumer with
-``basic.qos(prefetch)`` — workers wake on delivery, they do not poll.
+burst of due jobs of one queue and priority shares a message, at most 16) on a durable
+priority queue, and pushes them to a consumer with ``basic.qos(prefetch)`` — workers
+wake on delivery, they do not poll.
 
 **A claim**: the worker takes up to ``limit`` pushed messages, leases *those* jobs in the
 state store in one transaction (a job already leased, finished or cancelled is
@@ -54,7 +55,6 @@ is queued, and its completion is recorded once.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -65,6 +65,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
+from foundry.backends.queue._sql import positive
 from foundry.backends.queue.base import (
     Capabilities,
     Claimed,
@@ -129,12 +130,12 @@ class AmqpQueue:
                 f"queue URL {shown!r}: prefix={self.prefix!r} must be 1-100 characters without spaces or "
                 "dots. Fix: e.g. ?prefix=myapp"
             )
-        self.max_priority = int(_number(shown, query, "max_priority", 10))
+        self.max_priority = int(positive(shown, query, "max_priority", 10))
         if not 1 <= self.max_priority <= 255:
             raise ConfigError(f"queue URL {shown!r}: max_priority must be 1..255. Fix: e.g. max_priority=10")
-        reconnect = _number(shown, query, "reconnect", 15.0)
-        linger = _number(shown, query, "linger", 1.0)
-        self.orphan_after = _number(shown, query, "orphan_after", 30.0)
+        reconnect = positive(shown, query, "reconnect", 15.0)
+        linger = positive(shown, query, "linger", 1.0)
+        self.orphan_after = positive(shown, query, "orphan_after", 30.0)
         state_url = query.get("state")
         self._own_state: Path | None = None
         if not state_url:
@@ -378,18 +379,3 @@ class AmqpQueue:
 
     def __repr__(self) -> str:
         return f"<AmqpQueue {safe_url(self.url)}>"
-
-
-def _number(shown: str, query: dict[str, str], name: str, default: float) -> float:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw.rstrip("s"))
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(
-            f"queue URL {shown!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=10"
-        )
-    return value

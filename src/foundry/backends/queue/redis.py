@@ -52,7 +52,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from foundry.backends.queue._redis_scripts import SCRIPTS
-from foundry.backends.queue._sql import RECHECK, Signals, job_topic
+from foundry.backends.queue._sql import RECHECK, Signals, job_topic, positive
 from foundry.backends.queue.base import (
     Capabilities,
     Claimed,
@@ -254,8 +254,8 @@ class RedisQueue:
                 "Fix: e.g. ?prefix=myapp"
             )
         self.prefix = prefix + ":"
-        self._reconnect = self._seconds(query, "reconnect", 15.0)
-        timeout = self._seconds(query, "socket_timeout", 10.0)
+        self._reconnect = positive(safe_url(url), query, "reconnect", 15.0)
+        timeout = positive(safe_url(url), query, "socket_timeout", 10.0)
         passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"}
         base = urlunsplit(parts._replace(query=urlencode(passed)))
         kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
@@ -278,21 +278,6 @@ class RedisQueue:
         except BaseException:
             self.close()
             raise
-
-    @staticmethod
-    def _seconds(query: dict[str, str], name: str, default: float) -> float:
-        raw = query.get(name)
-        if raw is None:
-            return default
-        try:
-            value = float(raw.rstrip("s"))
-        except ValueError:
-            value = -1.0
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(
-                f"queue option {name}={raw!r} is not a positive number of seconds. Fix: e.g. 15"
-            )
-        return value
 
     # -- plumbing --------------------------------------------------------------------
 
