@@ -355,6 +355,10 @@ class AmqpClient:
         """How ``queue`` is declared when it is first used on a connection."""
         self._args[queue] = arguments
 
+    def defined(self) -> list[str]:
+        """Every queue this client was told how to declare."""
+        return list(self._args)
+
     async def _declare(self, queue: str, channel: Any = None) -> None:
         ch = channel or await self._admin_channel()
         await ch.queue_declare(queue, durable=True, arguments=self._args.get(queue, {}))

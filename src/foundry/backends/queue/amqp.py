@@ -355,6 +355,7 @@ class AmqpQueue:
         for queue in self.state.queues():
             names.append(self._main(queue))
             names += [self._bucket(queue, 1 << b) for b in range(_MAX_BUCKET + 1)]
+        names += [name for name in self.client.defined() if name not in names]  # e.g. claimed, never used
         self.client.flush(5.0)
         self.client.delete(names)
         self.state.destroy()
