@@ -237,7 +237,7 @@ CASES: list[tuple[str, Callable[[bool], list[Row]]]] = [
 
 
 def _not_from_bench_dir() -> None:
-    """bench/ holds scripts named like stdlib modules (bench/queue.py): import none of them."""
+    """Keep bench/ off sys.path: no script here may shadow a library module."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
 

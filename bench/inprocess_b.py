@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-# bench/ holds scripts named like stdlib modules (bench/queue.py): never import them.
+# Keep bench/ off sys.path: no script here may shadow a library module.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 

@@ -1,9 +1,9 @@
 """Durable queue benchmark: Foundry vs Celery, Dramatiq, RQ and Huey on the same brokers,
 and the raw clients as the ceiling.
 
-    python bench/queue.py                      # everything (a few minutes)
-    python bench/queue.py --quick              # seconds: Foundry SQLite vs huey+SQLite (the smoke run)
-    python bench/queue.py --n 2000 --only foundry-redis huey-redis raw-redis
+    python bench/queues.py                      # everything (a few minutes)
+    python bench/queues.py --quick              # seconds: Foundry SQLite vs huey+SQLite (the smoke run)
+    python bench/queues.py --n 2000 --only foundry-redis huey-redis raw-redis
 
 For each system: its documented worker runs in a subprocess started and stopped here
 (one worker process × 8 threads: ``foundry worker -c 8``, ``celery worker --pool threads

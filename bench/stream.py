@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# `python bench/stream.py` puts bench/ first on sys.path, where bench/queue.py would shadow
-# the standard library's `queue` (which redis-py imports): run from the repository instead.
+# `python bench/stream.py` puts bench/ first on sys.path: keep it off, so no script here can
+# shadow a library module, and import Foundry from the repository's source.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "src"))

@@ -1,9 +1,9 @@
-"""The no-op task of ``bench/queue.py``, declared for every system it measures.
+"""The no-op task of ``bench/queues.py``, declared for every system it measures.
 
 Worker processes import this module (``PYTHONPATH=bench/queue_peers``; ``bench/`` itself
-is never on a worker's path, where ``bench/queue.py`` would shadow the standard
-library's ``queue``). ``QBENCH_SYSTEM`` says which system to declare it for,
-``QBENCH_BROKER`` where the broker or store is, ``QBENCH_QUEUE`` the queue name, and
+is never on a worker's path, so no benchmark script can shadow a library module).
+``QBENCH_SYSTEM`` says which system to declare it for, ``QBENCH_BROKER`` where the
+broker or store is, ``QBENCH_QUEUE`` the queue name, and
 ``QBENCH_LAT`` the file the task appends one fixed-width line to when it runs:
 ``<submit→start seconds> <finish unix time>``. Appending with ``O_APPEND`` is atomic for
 these short writes, so threads and processes share the file.

@@ -1,4 +1,4 @@
-"""A few-second smoke run of bench/queue.py: Foundry's embedded SQLite queue and
+"""A few-second smoke run of bench/queues.py: Foundry's embedded SQLite queue and
 huey+SQLite, 200 jobs each, with their real worker processes (speed itself is measured
 in bench/, not here)."""
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_queue_benchmark_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "queue.py"), "--quick", "--m", "10", "--gap", "0.005"],
+        [sys.executable, str(ROOT / "bench" / "queues.py"), "--quick", "--m", "10", "--gap", "0.005"],
         capture_output=True,
         text=True,
         timeout=240,
