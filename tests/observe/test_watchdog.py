@@ -150,3 +150,25 @@ def test_an_idle_or_stopped_loop_is_not_a_stall() -> None:
             Watchdog(loop, threshold=0)
     finally:
         loop.close()
+
+
+def test_many_short_steps_back_to_back_are_reported_as_saturation_not_a_phase() -> None:
+    async def step() -> None:
+        spin(0.002)
+
+    async def main() -> Watchdog:
+        async with Watchdog(threshold=0.05, log_reports=False) as watchdog:
+            await asyncio.sleep(0.06)
+            await asyncio.gather(*(step() for _ in range(150)))  # 300 ms of 2 ms steps, all ready
+            await asyncio.sleep(0.1)
+        return watchdog
+
+    watchdog = asyncio.run(main())
+    assert watchdog.reports
+    report = watchdog.reports[0]
+    assert report.saturated
+    assert report.decision is None  # no single phase to reclassify
+    assert "saturated" in report.message
+    cost = watchdog.overhead()
+    assert cost["ticks"] >= 1
+    assert 0 <= cost["thread_cpu"] < 1.0

@@ -71,8 +71,17 @@ _LIBRARY_DIRS = tuple(
         if (path := sysconfig.get_paths().get(key))
     }
 )
-_LOOP_MODULES = ("asyncio.", "uvloop")  # the loop's own frames: the task step is inside them
+# The loop's own machinery: frames outside the callback or task step that is running.
+_LOOP_FRAMES = frozenset(
+    {
+        ("asyncio.events", "_run"),
+        ("asyncio.base_events", "_run_once"),
+        ("asyncio.base_events", "run_forever"),
+        ("asyncio.base_events", "run_until_complete"),
+    }
+)
 _STALL_POLL = 0.004  # seconds between samples while the loop is blocked
+_MAX_SAMPLES = 512  # per stall: a loop stuck for minutes does not grow memory
 
 
 class UnitLike(Protocol):
@@ -124,6 +133,8 @@ class StallReport:
     samples: int = 0
     ongoing: bool = False
     """Reported while still blocked (it lasted longer than ``report_after``)."""
+    saturated: bool = False
+    """Many short steps back to back held the loop, not one phase (``decision`` is None)."""
     at: float = field(default_factory=time.time)
 
     @property
@@ -133,6 +144,14 @@ class StallReport:
         if self.coroutine:
             who += f" ({self.coroutine})"
         still = " and is still blocked" if self.ongoing else ""
+        if self.saturated:
+            return (
+                f"loop {self.loop!r} blocked ≥ {self.blocked_for * 1e3:.0f} ms{still}: {len(self.tasks)} "
+                f"tasks ran back to back, none for long (≈ {self.held_for * 1e3:.0f} ms each; last seen "
+                f"{self.culprit or '?'}): the loop is saturated, not held by one compute-bound phase. "
+                "Fix: fewer units ready at once (a lower concurrency= or permits), or spread the load "
+                "over more processes"
+            )
         text = (
             f"loop {self.loop!r} blocked ≥ {self.blocked_for * 1e3:.0f} ms{still}: {who} held it{where}"
             f" ≈ {self.held_for * 1e3:.0f} ms at a time."
@@ -172,6 +191,7 @@ class LoopMonitor:
         self.due: float | None = None  # monotonic time the next tick is due
         self.thread_id: int | None = None
         self.ticks = 0
+        self.busy = 0.0  # seconds the loop spent in this monitor's callbacks (its cost)
         self.recent: deque[tuple[float, float]] = deque(maxlen=16)  # (due, lag)
         self._handle: asyncio.TimerHandle | asyncio.Handle | None = None
         self._running = False
@@ -200,6 +220,7 @@ class LoopMonitor:
         if self._running:
             self.due = now + self.interval
             self._handle = self.loop.call_later(self.interval, self._tick)
+        self.busy += time.monotonic() - now
 
     def lag_for(self, due: float) -> float | None:
         for seen, lag in reversed(self.recent):
@@ -250,6 +271,16 @@ class _Sample:
     culprit: FrameInfo | None
     unit: str | None
     stack: tuple[FrameInfo, ...]
+
+
+def _where(sample: _Sample) -> tuple[str, str] | None:
+    culprit = sample.culprit
+    return None if culprit is None else (culprit.function, culprit.filename)
+
+
+def _segments(samples: list[_Sample]) -> int:
+    """Runs of consecutive samples with the same holder (task and culprit function)."""
+    return 1 + sum((a.task, _where(a)) != (b.task, _where(b)) for a, b in itertools.pairwise(samples))
 
 
 @dataclass(slots=True)
@@ -308,6 +339,7 @@ class Watchdog:
         self.watch(*units)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.thread_cpu = 0.0
 
     def watch(self, *units: UnitLike) -> None:
         """Attribute stalls whose stack passes through these units' functions."""
@@ -352,6 +384,7 @@ class Watchdog:
     def _watch(self) -> None:
         stall: _Stall | None = None
         while not self._stop.wait(_STALL_POLL if stall is not None else self.poll):
+            self.thread_cpu = time.thread_time()  # this thread's CPU so far: the watchdog's cost
             loop = self.loop
             if loop.is_closed():
                 return
@@ -366,7 +399,7 @@ class Watchdog:
                     continue  # it ran while we looked: not blocked any more
                 if stall is None or stall.due != due:
                     stall = _Stall(due)
-                if sample is not None:
+                if sample is not None and len(stall.samples) < _MAX_SAMPLES:
                     stall.samples.append(sample)
                 if not stall.reported and behind >= self.report_after:
                     stall.reported = True
@@ -397,7 +430,7 @@ class Watchdog:
             module = str(frame.f_globals.get("__name__", ""))
             info = FrameInfo(code.co_name, code.co_filename, frame.f_lineno, module)
             stack.append(info)
-            if module.startswith(_LOOP_MODULES):
+            if (module, code.co_name) in _LOOP_FRAMES or module.startswith(("asyncio.runners", "uvloop")):
                 inside = False
             if inside and _is_user(module, code.co_filename):
                 outermost = code.co_qualname
@@ -433,18 +466,28 @@ class Watchdog:
         samples = stall.samples
         if not samples:
             return StallReport(self.name, blocked_for, blocked_for, None, None, None, None, "main", None)
-        tally = Tally((s.culprit, s.unit) for s in samples)
-        (culprit, unit), _ = tally.most_common(1)[0]
-        chosen = next(s for s in reversed(samples) if (s.culprit, s.unit) == (culprit, unit))
-        held = self._held_for(samples, blocked_for)
+        tally = Tally((_where(s), s.unit) for s in samples)
+        (where, unit), _ = tally.most_common(1)[0]
+        chosen = next(s for s in reversed(samples) if (_where(s), s.unit) == (where, unit))
+        culprit = chosen.culprit
+        segments = _segments(samples)
+        held = self._held_for(samples, segments, blocked_for)
+        tasks = tuple(dict.fromkeys(s.task for s in samples if s.task))
+        # The holder changed at (nearly) every sample: many short steps back to back, not
+        # one phase holding the loop. Reclassifying a phase would not help; fewer ready
+        # units at once (or more processes) would.
+        saturated = len(samples) >= 2 and len(tasks) >= 2 and segments >= 0.8 * len(samples)
         traits = Traits()
         phase = culprit.function if culprit is not None else "main"
         if unit is not None:
             _name, traits, fn_name = next(v for v in self._units.values() if v[0] == unit)
             if culprit is not None and culprit.function == fn_name:
                 phase = "main"
-        proposal = decide(traits.merged(bound="cpu", est=round(held, 4), model=None), phase=phase)
-        tasks = tuple(dict.fromkeys(s.task for s in samples if s.task))
+        proposal = (
+            None
+            if saturated
+            else decide(traits.merged(bound="cpu", est=round(held, 4), model=None), phase=phase)
+        )
         return StallReport(
             loop=self.name,
             blocked_for=blocked_for,
@@ -459,20 +502,26 @@ class Watchdog:
             tasks=tasks,
             samples=len(samples),
             ongoing=ongoing,
+            saturated=saturated,
         )
 
-    def _held_for(self, samples: list[_Sample], blocked_for: float) -> float:
+    def _held_for(self, samples: list[_Sample], segments: int, blocked_for: float) -> float:
         """How long one holder kept the loop: the sampled span split by holder changes."""
-        segments = 1
-        for before, after in itertools.pairwise(samples):
-            if (before.task, before.culprit) != (after.task, after.culprit):
-                segments += 1
         if segments == 1:
             return blocked_for
         span = samples[-1].at - samples[0].at
         return max(span / (segments - 1), _STALL_POLL)
 
     # -- reading ----------------------------------------------------------------
+
+    def overhead(self) -> dict[str, float]:
+        """What watching has cost so far: CPU seconds of the watchdog's thread, seconds the
+        loop spent in the monitor's callbacks, and how many of those there were."""
+        return {
+            "thread_cpu": self.thread_cpu,
+            "loop_seconds": self.monitor.busy,
+            "ticks": float(self.monitor.ticks),
+        }
 
     def culprits(self) -> dict[str, int]:
         """How many stalls each culprit frame caused (for tables)."""
