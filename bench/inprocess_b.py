@@ -226,7 +226,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a few seconds: small sizes, few repetitions")
     parser.add_argument("--only", choices=("async", "parallel"), help="run one group of cases")
     args = parser.parse_args()
-    console = Console(width=150)
+    console = Console(width=180)
     async_rows: list[Row] = []
     parallel_rows: list[Row] = []
     if args.only != "parallel":
