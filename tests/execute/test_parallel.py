@@ -168,6 +168,25 @@ def test_a_timeout_kills_the_children_still_computing_the_run() -> None:
         ex.close()
 
 
+def test_the_sequential_fallback_runs_each_item_once_and_reports_the_failed_index(
+    executor: ParallelExecutor,
+) -> None:
+    calls: list[int] = []
+
+    def counted(n: int) -> int:  # runs in the caller (sequential), so a closure is fine
+        calls.append(n)
+        return reject_77(n)
+
+    outcomes = executor.map(counted, range(10_000), errors="return")
+    assert executor.last_plan is not None
+    assert executor.last_plan.mode == "sequential"
+    assert sorted(calls) == list(range(10_000))  # each item exactly once, the failure included
+    assert isinstance(outcomes[77], ValueError)
+    assert "item 77 failed (in the caller)" in "\n".join(outcomes[77].__notes__)
+    assert outcomes[76] == 76
+    assert outcomes[78] == 78
+
+
 def test_what_cannot_be_sent_to_a_process_fails_before_it_runs(executor: ParallelExecutor) -> None:
     with pytest.raises(SubmitError, match="define it at module level"):
         executor.map(lambda n: n, range(200), chunksize=10)

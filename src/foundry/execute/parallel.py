@@ -91,7 +91,7 @@ MIN_CHUNK_SECONDS = 0.005
 MAX_CHUNK_SECONDS = 0.1
 PROBE_SECONDS = 0.002
 PROBE_MAX_ITEMS = 256
-SEQUENTIAL_BATCH = 256
+SEQUENTIAL_BATCH = 4096
 SHIP_FLOOR = 1e-6
 """Seconds an item costs to send to a process and back, at the least (pipe, queue threads)."""
 SHIP_FACTOR = 4.0
@@ -504,12 +504,19 @@ class ParallelExecutor:
             self._check_stop(run, index)
             stop = min(total, index + SEQUENTIAL_BATCH)
             failed = 0
-            for i in range(index, stop):
+            batch: list[Any] = []
+            append = batch.append
+            items = iter(data[index:stop])
+            while True:  # the loop resumes after a failure: no item runs twice
                 try:
-                    results[i] = call(data[i])
+                    for item in items:
+                        append(call(item))
+                    break
                 except Exception as exc:
-                    self._record(run, i, exc)
+                    self._record(run, index + len(batch), exc)
+                    append(exc)
                     failed += 1
+            results[index:stop] = batch
             self._m.completed.inc(stop - index - failed)
             self._m.failed.inc(failed)
             bar.advance(stop - index)
