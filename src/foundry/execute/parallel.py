@@ -134,6 +134,8 @@ class ChunkPlan:
 
 
 def _fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-5:
+        return f"{seconds * 1e6:.1f} µs"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
     if seconds < 1.0:
