@@ -172,3 +172,14 @@ def test_many_short_steps_back_to_back_are_reported_as_saturation_not_a_phase() 
     cost = watchdog.overhead()
     assert cost["ticks"] >= 1
     assert 0 <= cost["thread_cpu"] < 1.0
+
+
+def test_a_block_right_after_start_is_seen() -> None:
+    async def main() -> Watchdog:
+        async with Watchdog(threshold=0.03, log_reports=False) as watchdog:
+            spin(0.2)  # no await between starting the watchdog and blocking the loop
+            await asyncio.sleep(0.1)
+        return watchdog
+
+    watchdog = asyncio.run(main())
+    assert [r.culprit.function for r in watchdog.reports if r.culprit] == ["spin"]

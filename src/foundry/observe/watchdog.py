@@ -201,7 +201,7 @@ class LoopMonitor:
             return
         self._running = True
         if _on_loop_thread(self.loop):
-            self._handle = self.loop.call_soon(self._first)
+            self._first()  # now: a block that starts right after this call is seen
         else:
             self._handle = self.loop.call_soon_threadsafe(self._first)
 
@@ -327,7 +327,7 @@ class Watchdog:
             name=name,
             interval=interval if interval is not None else min(0.05, threshold / 2),
         )
-        self.poll = poll if poll is not None else max(0.002, threshold / 4)
+        self.poll = poll if poll is not None else max(0.002, threshold / 2)
         self.report_after = max(report_after, threshold)
         self.blocked = self.registry.counter(
             names.LOOP_BLOCKED, "Times the event loop was blocked beyond the watchdog threshold", ("loop",)
@@ -383,14 +383,15 @@ class Watchdog:
 
     def _watch(self) -> None:
         stall: _Stall | None = None
-        while not self._stop.wait(_STALL_POLL if stall is not None else self.poll):
+        wait = self.poll
+        while not self._stop.wait(wait):
             self.thread_cpu = time.thread_time()  # this thread's CPU so far: the watchdog's cost
             loop = self.loop
             if loop.is_closed():
                 return
             due = self.monitor.due
             if due is None or not loop.is_running():
-                stall = None
+                stall, wait = None, self.poll
                 continue
             behind = time.monotonic() - due
             if behind > self.threshold:
@@ -398,17 +399,23 @@ class Watchdog:
                 if self.monitor.due != due:
                     continue  # it ran while we looked: not blocked any more
                 if stall is None or stall.due != due:
+                    if stall is not None and not stall.reported:  # the loop ran, then blocked again
+                        lag = self.monitor.lag_for(stall.due)
+                        self._emit(stall, lag if lag is not None else self.threshold, ongoing=False)
                     stall = _Stall(due)
                 if sample is not None and len(stall.samples) < _MAX_SAMPLES:
                     stall.samples.append(sample)
                 if not stall.reported and behind >= self.report_after:
                     stall.reported = True
                     self._emit(stall, behind, ongoing=True)
+                # Sample often at first, then back off: a long stall costs a bounded share.
+                wait = max(_STALL_POLL, min(self.poll, (behind - self.threshold) / 16))
             elif stall is not None and self.monitor.due != stall.due:
                 if not stall.reported:
                     lag = self.monitor.lag_for(stall.due)
                     self._emit(stall, lag if lag is not None else behind, ongoing=False)
                 stall = None
+                wait = self.poll
 
     def _sample(self) -> _Sample | None:
         thread_id = self.monitor.thread_id
