@@ -1,5 +1,5 @@
-"""A few-seconds smoke run of bench/inprocess.py: it runs, checks its own metrics, and
-prints every case."""
+"""A few-seconds smoke run of bench/inprocess.py and bench/inprocess_b.py: each runs,
+checks its own metrics, and prints every case."""
 
 from __future__ import annotations
 
@@ -7,12 +7,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
+PART_A = (
+    "plain call",
+    "foundry sequential unit",
+    "ThreadPoolExecutor",
+    "foundry bounded_pool",
+    "ProcessPoolExecutor (fork)",
+    "loky",
+    "foundry processes",
+)
+PART_B = ("raw asyncio.gather", "foundry async unit", "watchdog cost", "accounted", "Pool.map", "joblib")
 
-def test_the_benchmark_runs_quick() -> None:
+
+@pytest.mark.parametrize(("script", "rows"), [("inprocess.py", PART_A), ("inprocess_b.py", PART_B)])
+def test_the_benchmark_runs_quick(script: str, rows: tuple[str, ...]) -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "inprocess.py"), "--quick"],
+        [sys.executable, str(ROOT / "bench" / script), "--quick"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -20,7 +34,5 @@ def test_the_benchmark_runs_quick() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    for variant in ("plain call", "foundry sequential unit", "ThreadPoolExecutor", "foundry bounded_pool"):
-        assert variant in out.stdout
-    for variant in ("ProcessPoolExecutor (fork)", "loky", "foundry processes"):
-        assert variant in out.stdout
+    for row in rows:
+        assert row in out.stdout, row
