@@ -221,6 +221,12 @@ def test_a_new_owner_gets_the_dead_owners_events_before_newer_ones(
         if got:
             backend.commit(s.name, "g", 0, got[-1].offset)
     assert seen == [(1, 2), (2, 2), (3, 2), (4, 1), (5, 1), (6, 1)]
+    # ... and the commits of the newer ones count too (JetStream drops a cumulative ack
+    # whose delivery is older than the last acknowledged one: the server must agree).
+    until = time.monotonic() + 5
+    while (lag := backend.lag(s.name, "g")[0]).committed != 6 and time.monotonic() < until:
+        time.sleep(0.05)
+    assert (lag.committed, lag.lag, lag.pending) == (6, 0, 0)
 
 
 def test_partial_redelivery_takes_a_prefix(backend: StreamBackend, make_stream: MakeStream) -> None:
@@ -241,6 +247,31 @@ def test_partial_redelivery_takes_a_prefix(backend: StreamBackend, make_stream: 
     while not nxt and time.monotonic() < until:
         nxt = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=0.3, timeout=0.5)
     assert [(e.offset, e.deliveries) for e in nxt] == [(2, 2), (3, 2), (4, 2)]
+
+
+def test_extend_holds_only_what_the_consumer_received(
+    backend: StreamBackend, make_stream: MakeStream
+) -> None:
+    """A recovering consumer that took one expired event and extends its deadline must
+    not hold the rest of the dead consumer's window: that rest stays due, or the
+    partition stalls for as long as the new consumer keeps heartbeating (issue 6)."""
+    s = make_stream()
+    backend.append(s.name, events(4))
+    backend.create_group(s.name, "g", Start.beginning())
+    backend.read(s.name, "g", 0, "ghost", max=4, ack_deadline=0.3, timeout=1)
+    time.sleep(0.5)
+    one: list[Event] = []
+    until = time.monotonic() + 5
+    while not one and time.monotonic() < until:
+        one = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
+    assert [(e.offset, e.deliveries) for e in one] == [(1, 2)]
+    backend.extend(s.name, "g", 0, "c2", 30.0)  # c2's heartbeat while it handles event 1
+    backend.commit(s.name, "g", 0, 1)
+    nxt: list[Event] = []
+    until = time.monotonic() + 5
+    while not nxt and time.monotonic() < until:
+        nxt = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
+    assert [(e.offset, e.deliveries) for e in nxt] == [(2, 2)]
 
 
 def test_extend_keeps_entries_held(backend: StreamBackend, make_stream: MakeStream) -> None:

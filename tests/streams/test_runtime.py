@@ -117,13 +117,6 @@ def test_failing_event_is_retried_in_place_then_dead_lettered(make_app: MakeApp)
     assert app.metrics.value(names.STREAM_DEAD, group="g") == 1
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known bug: on the embedded SQLite log a consumer taking over a dead consumer's pending"
-        " events sometimes stalls with events still pending (about 1 run in 3)"
-    ),
-)
 def test_events_of_a_dead_consumer_are_redelivered_in_order_after_the_deadline(make_app: MakeApp) -> None:
     app = make_app()
     s = app.stream(unique("crash"), key="k")

@@ -14,9 +14,14 @@ How the contract maps onto JetStream:
   it). A batch goes out with ``publish_async`` and is awaited as a whole. Dedup is per
   partition: an id republished with a *different* key could land elsewhere (a producer
   bug Foundry does not guard against on this engine).
-* **Groups** are durable pull consumers named after the group, ``AckAll`` (commit is
-  cumulative), ``ack_wait`` = the group's ack deadline, ``max_deliver`` unlimited
-  (Foundry dead-letters by its own count, with a reason), ``max_ack_pending`` bounded.
+* **Groups** are durable pull consumers named after the group, ``AckExplicit``,
+  ``ack_wait`` = the group's ack deadline, ``max_deliver`` unlimited (Foundry
+  dead-letters by its own count, with a reason), ``max_ack_pending`` bounded. A commit
+  acknowledges every message up to the offset, oldest first, and waits for the server
+  on the last. Not ``AckAll``: JetStream ignores a cumulative ack whose *delivery*
+  sequence is below the last one acknowledged, and after a takeover a message held
+  back from the first delivery has a lower delivery sequence than the redelivered
+  older ones — its commit would be dropped without an error.
 * **Order under redelivery.** JetStream hands out new messages while older ones wait
   for their ``ack_wait``, so a read here is not atomic between readers
   (``capabilities.atomic_read = False``): the runtime holds the partition's lease while
@@ -481,7 +486,7 @@ class NatsStreamBackend:
             base = {"deliver_policy": api.DeliverPolicy.BY_START_TIME, "opt_start_time": when}
         return api.ConsumerConfig(
             durable_name=group,
-            ack_policy=api.AckPolicy.ALL,
+            ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=_DEFAULT_ACK_WAIT,
             max_deliver=-1,
             max_ack_pending=_MAX_ACK_PENDING,
@@ -706,8 +711,11 @@ class NatsStreamBackend:
                 f"stream {stream!r} group {group!r} partition {partition}: cannot commit offset {offset}; "
                 "this connection was not handed that event. Fix: commit from the reader that read it"
             )
-        msg = state.out[max(candidates)]
-        await msg.ack_sync(timeout=self._timeout)
+        candidates.sort()
+        for seq in candidates[:-1]:  # sent in order on one connection, confirmed by the last
+            with contextlib.suppress(nats.errors.MsgAlreadyAckdError):
+                await state.out[seq].ack()
+        await state.out[candidates[-1]].ack_sync(timeout=self._timeout)
         for seq in candidates:
             del state.out[seq]
         state.floor = max(candidates)

@@ -576,7 +576,7 @@ class SqliteStreamBackend:
             committed, delivered = self._check_group(conn, stream, group, partition)
             now = time.time()
             ranges = conn.execute(
-                "SELECT lo, hi, deliveries, deadline FROM fs_pending "
+                "SELECT lo, hi, deliveries, deadline, consumer FROM fs_pending "
                 "WHERE stream=? AND grp=? AND part=? ORDER BY lo",
                 (stream, group, partition),
             ).fetchall()
@@ -584,7 +584,7 @@ class SqliteStreamBackend:
             if ranges:
                 taken: list[tuple[int, int, int]] = []
                 need = limit
-                for lo, hi, deliveries, deadline in ranges:
+                for lo, hi, deliveries, deadline, holder in ranges:
                     if deadline > now or need == 0:
                         break
                     end = min(hi, lo + need - 1)
@@ -596,9 +596,12 @@ class SqliteStreamBackend:
                         (*key, lo, end, deliveries + 1, now + ack_deadline, consumer),
                     )
                     if end < hi:
+                        # The rest stays with whoever it was delivered to: were it marked as
+                        # this reader's, the reader's heartbeat would extend the deadline of
+                        # events it never received, and they would never come due again.
                         conn.execute(
                             "INSERT INTO fs_pending VALUES (?,?,?,?,?,?,?,?)",
-                            (*key, end + 1, hi, deliveries, deadline, consumer),
+                            (*key, end + 1, hi, deliveries, deadline, holder),
                         )
                     taken.append((lo, end, deliveries + 1))
                     need -= end - lo + 1
