@@ -263,6 +263,8 @@ def child(system: str, n: int, m: int, gap: float, vhost: str) -> dict[str, Any]
                 run.wait_lines(1, 120, "warm-up")
                 time.sleep(0.2)
                 base = run.lines()
+                meter = CpuMeter(run)
+                meter.start()
                 t0 = time.time()
                 burst(n)
                 submitted = time.time() - t0
@@ -271,6 +273,7 @@ def child(system: str, n: int, m: int, gap: float, vhost: str) -> dict[str, Any]
                 if system.startswith("foundry"):
                     end = max(end, drained(run))
                 elapsed = end - t0
+                cpu = meter.stop()
                 time.sleep(0.3)
                 base = run.lines()
                 for _ in range(m):
@@ -289,9 +292,67 @@ def child(system: str, n: int, m: int, gap: float, vhost: str) -> dict[str, Any]
         "n": n,
         "rate": n / elapsed,
         "submit_rate": n / submitted,
+        "cpu_us": [c / n * 1e6 for c in cpu],
         "p50": statistics.median(lats) * 1000,
         "p99": lats[min(len(lats) - 1, round(0.99 * (len(lats) - 1)))] * 1000,
     }
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of a process and its reaped children (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError), open(f"/proc/{p}/task/{p}/children") as f:
+            todo.extend(int(c) for c in f.read().split())
+    return out
+
+
+def _broker_pids(system: str) -> list[int]:
+    name = {"redis": "redis-server", "rabbitmq": "beam.smp"}.get(SYSTEMS[system][0])
+    if name is None:
+        return []
+    found = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True, check=False)
+    return [int(x) for x in found.stdout.split()]
+
+
+class CpuMeter:
+    """CPU seconds spent by the producer (this process), the worker (its process tree)
+    and the broker's server processes between ``start`` and ``stop``."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.brokers = _broker_pids(run.system)
+
+    def _now(self) -> tuple[float, float, float]:
+        t = os.times()
+        worker = self.run.worker.pid if self.run.worker is not None else None
+        return (
+            t.user + t.system,
+            sum(_proc_cpu(p) for p in _tree(worker)) if worker else 0.0,
+            sum(_proc_cpu(p) for p in self.brokers),
+        )
+
+    def start(self) -> None:
+        self.begin = self._now()
+
+    def stop(self) -> tuple[float, float, float]:
+        end = self._now()
+        return (end[0] - self.begin[0], end[1] - self.begin[1], end[2] - self.begin[2])
 
 
 def flush_redis() -> None:
@@ -338,6 +399,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "submits/s",
         "p50 ms",
         "p99 ms",
+        "CPU µs/job: producer·worker·broker",
     ):
         t.add_column(col, justify="left" if col in ("broker", "system") else "right")
     for broker in ("redis", "rabbitmq", "sqlite"):
@@ -364,8 +426,9 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"{r['submit_rate']:,.0f}",
                 f"{r['p50']:.2f}",
                 f"{r['p99']:.2f}",
+                "·".join(f"{c:,.0f}" for c in r["cpu_us"]) + f" = {sum(r['cpu_us']):,.0f}",
             )
-    Console(width=160).print(t)
+    Console(width=190).print(t)
 
 
 def main() -> None:

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         burst=args.burst,
         backoff=backoff,
         url=args.url,
-        on_event=count,
+        on_event=None if args.quiet else count,  # --quiet logs and prints neither
     )
     server = app.serve_metrics(port=args.metrics_port) if args.metrics_port is not None else None
     stop = threading.Event()

@@ -214,7 +214,11 @@ class _QueueLoop:
             while len(self.acks) + self.acking >= self.prefetch and not self.worker.hard.is_set():
                 self.ack_cond.wait(0.1)
             self.acks.append((job, data, model))
-            self.ack_cond.notify_all()
+            # Wake the ack thread only when it has something to decide: the first
+            # completion (it starts its ACK_WINDOW) or a full batch. A wake-up per job
+            # costs a futex call and a GIL hand-off each.
+            if len(self.acks) == 1 or len(self.acks) == min(self.concurrency, self.prefetch):
+                self.ack_cond.notify_all()
 
     def _ack_loop(self) -> None:
         w = self.worker

@@ -51,7 +51,7 @@ T = TypeVar("T")
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {jobs} (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY, -- the rowid: FIFO among live jobs (no AUTOINCREMENT: it costs a page per commit)
     id TEXT NOT NULL UNIQUE,
     queue TEXT NOT NULL,
     unit TEXT NOT NULL,
