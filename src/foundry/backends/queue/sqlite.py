@@ -22,15 +22,20 @@ milliseconds and would dominate the latency).
 **Wake-ups.** SQLite has no notification. In one process a commit wakes the waiters
 directly (a condition variable). Across processes, one thread per process watches
 ``PRAGMA data_version`` on the writer connection — it changes only when *another*
-process committed — starting at 0.5 ms after activity and backing off to ``poll``
-when idle, and only while somebody waits; it stops when nobody does. So
-``capabilities.notify`` is ``False``: the latency of a cross-process hand-off is a
-short poll, stated here rather than hidden.
+process committed — while somebody waits (it stops when nobody does). On Linux a
+commit that changed something also *rings* the other waiting processes
+(:mod:`foundry.backends.queue._doorbell`: a datagram to each one's abstract-namespace
+socket, listed by marker files in ``<file>-wake/``), so a hand-off between processes
+takes a fraction of a millisecond; the poll (0.5 ms after activity, backing off to
+``poll`` when idle) stays as the safety net and is all there is elsewhere. So
+``capabilities.notify`` stays ``False``: the database is the truth, the bell a hint.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import socket
 import sqlite3
 import tempfile
 import threading
@@ -41,6 +46,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from foundry.backends.journal._pool import Pool
+from foundry.backends.queue._doorbell import Doorbell, supported
 from foundry.backends.queue._sql import Signals, SqlQueue, parse_url, positive
 from foundry.backends.queue.base import Capabilities
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
@@ -120,6 +126,7 @@ class _File:
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
+        self.bell = Doorbell(path) if supported() else None
 
     # -- connections -------------------------------------------------------------
 
@@ -214,6 +221,7 @@ class _File:
             for op in batch:
                 op.error, op.done = exc, True
             return
+        before = conn.total_changes
         try:
             for op in batch:
                 if len(batch) == 1:
@@ -227,6 +235,8 @@ class _File:
                     op.error = exc
                 conn.execute("RELEASE op")
             conn.execute("COMMIT")
+            if self.bell is not None and conn.total_changes != before:
+                self.bell.ring()
         except BaseException as exc:
             try:
                 conn.execute("ROLLBACK")
@@ -266,6 +276,14 @@ class _File:
         return changed
 
     def _watch(self) -> None:
+        bell = self.bell.listen() if self.bell is not None else None
+        try:
+            self._watch_loop(bell)
+        finally:
+            if self.bell is not None:
+                self.bell.stop_listening()
+
+    def _watch_loop(self, bell: socket.socket | None) -> None:
         interval = 0.0005
         idle_since = time.monotonic()
         while not self._stop.is_set():
@@ -284,10 +302,17 @@ class _File:
                 interval = 0.0005
             else:
                 interval = min(interval * 1.5, self.poll)
-            self._stop.wait(interval)
+            if bell is not None:
+                interval = self.poll  # the bell wakes us; the poll is only the safety net
+            if bell is None:
+                self._stop.wait(interval)
+            elif select.select([bell], [], [], interval)[0] and self.bell is not None:
+                self.bell.drain()  # another process committed: look now
 
     def close(self) -> None:
         self._stop.set()
+        if self.bell is not None:
+            self.bell.nudge()  # the watcher may sleep in select() for up to ``poll``
         for thread in (self._watcher, self._checkpointer):
             if thread is not None:
                 thread.join(5.0)
@@ -295,6 +320,8 @@ class _File:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self.bell is not None:
+                self.bell.close()
 
 
 _FILES: dict[str, _File] = {}
@@ -400,6 +427,8 @@ class SqliteQueue(SqlQueue):
         self._pool.close()
         _release(self._file)
         if self._temporary:
+            if self._file.bell is not None:
+                self._file.bell.remove()
             for suffix in ("", "-wal", "-shm"):
                 try:
                     os.unlink(self.path + suffix)
