@@ -62,7 +62,9 @@ class SqlState(SqlQueue):
                 conn,
                 "UPDATE {jobs} SET status = 'running', token = ?, worker = ?, lease_until = ?, "
                 "deliveries = deliveries + 1, started_at = ? WHERE id IN (" + _marks(len(ids)) + ") "
-                f"AND queue = ? AND status = 'queued' AND eta <= ? RETURNING {CLAIM_COLS}",
+                # (queue || '') keeps SQLite's planner on the id index: on ``queue = ?`` it
+                # picks the ready index and scans every queued job of the queue per claim.
+                f"AND (queue || '') = ? AND status = 'queued' AND eta <= ? RETURNING {CLAIM_COLS}",
                 (token, worker, now + lease, now, *ids, queue, now),
             )
             got = {r[0] for r in rows}

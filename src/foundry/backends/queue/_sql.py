@@ -375,16 +375,23 @@ class SqlQueue:
         return [claimed_from_row(r) for r in rows]
 
     def _due(self, conn: Any, *, queue: str, now: float) -> tuple[bool, float]:
-        """(something is claimable now, the next time something becomes claimable)."""
+        """(something is claimable now, the next time something becomes claimable).
+
+        "Is one due" is an EXISTS that stops at the first due entry of the ready index;
+        ``min(eta)`` cannot use that index (priority comes first in it) and would read
+        every queued job of the queue on each probe, so it is asked only when nothing is
+        due (then the queued jobs are the delayed ones)."""
         row = self._one(
             conn,
-            "SELECT (SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'), "
+            "SELECT EXISTS (SELECT 1 FROM {jobs} WHERE queue = ? AND status = 'queued' AND eta <= ?), "
             "(SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running')",
-            (queue, queue),
+            (queue, now, queue),
         )
-        nxt = min(
-            math.inf if row[0] is None else float(row[0]), math.inf if row[1] is None else float(row[1])
-        )
+        lapse = math.inf if row[1] is None else float(row[1])
+        if row[0] or lapse <= now:
+            return True, now
+        later = self._one(conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,))
+        nxt = min(math.inf if later[0] is None else float(later[0]), lapse)
         return nxt <= now, nxt
 
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
