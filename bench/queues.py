@@ -56,6 +56,7 @@ LINE = 31
 SYSTEMS: dict[str, tuple[str, str]] = {
     "raw-redis": ("redis", "redis-py LPUSH/BRPOP, one at a time (ceiling)"),
     "foundry-redis": ("redis", "Foundry"),
+    "foundry-redis-many": ("redis", "Foundry, submit_many (500 per chunk)"),
     "huey-redis": ("redis", "Huey 3"),
     "dramatiq-redis": ("redis", "Dramatiq 2"),
     "celery-redis": ("redis", "Celery 5"),
@@ -63,9 +64,11 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "raw-amqp": ("rabbitmq", "aio-pika publish/consume, one at a time (ceiling)"),
     "foundry-amqp": ("rabbitmq", "Foundry (state: SQLite, the default)"),
     "foundry-amqp-redis": ("rabbitmq", "Foundry (state: Redis)"),
+    "foundry-amqp-many": ("rabbitmq", "Foundry, submit_many (500 per chunk)"),
     "dramatiq-amqp": ("rabbitmq", "Dramatiq 2"),
     "celery-amqp": ("rabbitmq", "Celery 5"),
     "foundry-sqlite": ("sqlite", "Foundry (embedded)"),
+    "foundry-sqlite-many": ("sqlite", "Foundry, submit_many (500 per chunk)"),
     "huey-sqlite": ("sqlite", "Huey 3 (SqliteHuey)"),
 }
 QUICK = ("foundry-sqlite", "huey-sqlite")
@@ -86,10 +89,13 @@ class Run:
         amqp = AMQP.rstrip("/") + "/" + vhost
         broker = {
             "foundry-redis": f"{REDIS}?prefix={self.queue}",
+            "foundry-redis-many": f"{REDIS}?prefix={self.queue}",
             "foundry-amqp": f"{amqp}?prefix={self.queue}",
+            "foundry-amqp-many": f"{amqp}?prefix={self.queue}",
             "foundry-amqp-redis": f"{amqp}?prefix={self.queue}&state="
             + REDIS.replace(":", "%3A").replace("/", "%2F"),
             "foundry-sqlite": f"sqlite:///{tmp / 'queue.db'}",
+            "foundry-sqlite-many": f"sqlite:///{tmp / 'queue.db'}",
             "huey-sqlite": str(tmp / "huey.db"),
         }.get(system, amqp if system.endswith("amqp") else REDIS)
         self.broker = broker
@@ -226,6 +232,11 @@ def producer(run: Run) -> tuple[Callable[[float], Any], Callable[[int], None], C
         )
 
     def burst(n: int) -> None:
+        if s.endswith("-many"):
+            unit = tasks.app.units["noop"]
+            for start in range(0, n, 500):
+                unit.submit_many([time.time()] * min(500, n - start))
+            return
         for _ in range(n):
             submit(time.time())
 

@@ -138,6 +138,17 @@ class WorkUnit:
     async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
         return _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
 
+    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle]:
+        """Submit one call per item and return the handles, in order.
+
+        Each item is the unit's one argument, as in :meth:`map`; with ``star=True`` each
+        item is a tuple of positional arguments. On a durable queue the jobs go in
+        chunks of 500 per transaction (and per batch of broker messages), so a bulk load
+        pays the store's round trip once per chunk rather than once per job; a failure
+        raises after the earlier chunks are in. Other models submit one by one.
+        """
+        return _submit_many(self, items, star, _DEFAULT_OPTIONS)
+
     def options(
         self,
         *,
@@ -205,6 +216,42 @@ class BoundOptions:
 
     async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
         return _tracked(await self._unit.runner.asubmit(args, kwargs, self._opts))
+
+    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle]:
+        """:meth:`WorkUnit.submit_many` with these options (not ``key=``: it names one job)."""
+        if self._opts.key is not None:
+            raise SubmitError(
+                f"unit {self._unit.name!r}: key={self._opts.key!r} names one submission, and submit_many "
+                "makes many. Fix: submit each keyed job with .options(key=...).submit(...), or declare the "
+                "unit idempotent=True to key each call by its arguments"
+            )
+        return _submit_many(self._unit, items, star, self._opts)
+
+
+def _submit_many(unit: WorkUnit, items: Iterable[Any], star: bool, opts: SubmitOptions) -> list[Handle]:
+    runner = unit.runner
+
+    def arguments(i: int, item: Any) -> tuple[Any, ...]:
+        if not star:
+            return (item,)
+        if isinstance(item, tuple | list):
+            return tuple(item)
+        raise SubmitError(
+            f"unit {unit.name!r}: submit_many(star=True) item {i} is a {type(item).__name__}, not a tuple "
+            "of arguments; the items before it were submitted. Fix: pass (arg1, arg2, ...) per item"
+        )
+
+    calls: Iterator[tuple[tuple[Any, ...], dict[str, Any]]] = (
+        (arguments(i, item), {}) for i, item in enumerate(items)
+    )
+    many = getattr(runner, "submit_many", None)
+    if many is not None:
+        handles: list[Handle] = many(calls, opts)
+    else:
+        handles = [runner.submit(args, kwargs, opts) for args, kwargs in calls]
+    for handle in handles:
+        _tracked(handle)
+    return handles
 
 
 _DEFAULT_OPTIONS = SubmitOptions()

@@ -213,6 +213,46 @@ def test_an_idempotent_unit_derives_its_key_from_its_arguments(env: Env) -> None
     assert (a.result(timeout=30), c.result(timeout=30)) == (3, 3)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_submit_many_enqueues_in_chunks_and_every_result_comes_back(
+    make_env: Callable[[str], Env], engine: str
+) -> None:
+    env = make_env(engine)
+    add, idem = env.unit("add"), env.unit("idem_add")
+    # 1,203 jobs: two full chunks of 500 and a partial one, in order.
+    handles = add.submit_many([(i, 1) for i in range(1203)], star=True)
+    assert len(handles) == 1203
+    assert len({h.id for h in handles}) == 1203
+    # idempotent units key each call by its arguments, across chunks and single submits
+    again = idem.submit_many([(1, 2), (1, 2), (3, 4)], star=True)
+    assert again[0].id == again[1].id == idem.submit(1, 2).id
+    assert again[2].id != again[0].id
+    # options apply to every job of the batch; a key cannot name many jobs
+    later = add.options(delay="1h", priority=5).submit_many([(0, 0)], star=True)
+    assert later[0].status.value == "queued"
+    with pytest.raises(SubmitError, match="names one submission"):
+        add.options(key="k").submit_many([(1, 1)], star=True)
+    with pytest.raises(SubmitError, match="item 1 is a int"):
+        add.submit_many([(1, 1), 7], star=True)
+    env.worker(concurrency=8)
+    assert [h.result(timeout=120) for h in handles] == [i + 1 for i in range(1203)]
+    assert [h.result(timeout=30) for h in again] == [3, 3, 7]
+    assert env.unit("small").submit_many(["a", {"b": 1}])[1].result(timeout=30) == {"b": 1}
+
+
+def test_submit_many_on_an_in_process_unit_submits_one_by_one() -> None:
+    app = Foundry("many-inproc")
+    try:
+
+        @app.work(bound="io", concurrency=4)
+        def double(x: int) -> int:
+            return 2 * x
+
+        assert [h.result(timeout=10) for h in double.submit_many(range(5))] == [0, 2, 4, 6, 8]
+    finally:
+        app.close()
+
+
 def test_cancel_a_delayed_job_and_it_never_runs(env: Env) -> None:
     env.worker()
     handle = env.unit("add").options(delay="2s").submit(1, 1)

@@ -18,8 +18,8 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from foundry.backends.queue import (
     Enqueued,
@@ -61,6 +61,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: a queue carries references to data, not the data
 _WAIT_SLICE = 30.0  # a wait "forever" is many bounded waits on the store
 _SUBMIT_RETRY = 10.0  # seconds submit() keeps trying a store that is briefly unreachable
+_MANY = 500  # jobs per transaction in submit_many
+T = TypeVar("T")
 
 _STATUS = {
     JobStatus.QUEUED: Status.QUEUED,
@@ -291,6 +293,35 @@ class QueueRunner:
             time.sleep(0.05)
 
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+        job = self._new_job(args, kwargs, options)
+        self._check_intake()
+        done = self._enqueue(job)
+        return Handle(done.id, self.spec.name, JobSource(self.backend, done.id, self.spec.name))
+
+    def submit_many(
+        self, calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]], options: SubmitOptions
+    ) -> list[Handle]:
+        """Enqueue many calls, ``_MANY`` per transaction (and per batch of broker
+        messages): what a loop of :meth:`submit` pays per job, this pays per chunk. Each
+        chunk is all-or-nothing; a failure raises after the earlier chunks are in."""
+        name = self.spec.name
+        handles: list[Handle] = []
+        chunk: list[NewJob] = []
+        for args, kwargs in calls:
+            chunk.append(self._new_job(args, kwargs, options))
+            if len(chunk) == _MANY:
+                handles.extend(self._enqueue_chunk(chunk, name))
+                chunk = []
+        if chunk:
+            handles.extend(self._enqueue_chunk(chunk, name))
+        return handles
+
+    def _enqueue_chunk(self, chunk: list[NewJob], name: str) -> list[Handle]:
+        self._check_intake()
+        done = self._retrying(lambda: self.backend.enqueue_many(chunk))
+        return [Handle(d.id, name, JobSource(self.backend, d.id, name)) for d in done]
+
+    def _new_job(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> NewJob:
         if self._closed:
             raise SubmitError(
                 f"unit {self.spec.name!r}: its runner is closed. Fix: submit before app.close()"
@@ -308,8 +339,7 @@ class QueueRunner:
         eta = options.eta if options.eta is not None else None
         if options.delay is not None:
             eta = time.time() + options.delay
-        self._check_intake()
-        job = NewJob(
+        return NewJob(
             id=uuid.uuid4().hex,
             queue=self.queue,
             unit=name,
@@ -322,18 +352,20 @@ class QueueRunner:
             max_deliveries=self.max_deliveries,
             timeout=options.timeout if options.timeout is not None else traits.timeout,
         )
-        done = self._enqueue(job)
-        return Handle(done.id, name, JobSource(self.backend, done.id, name))
 
     def _enqueue(self, job: NewJob) -> Enqueued:
+        return self._retrying(lambda: self.backend.enqueue(job))
+
+    @staticmethod
+    def _retrying(enqueue: Callable[[], T]) -> T:
         """Enqueue, retrying a store that is briefly unreachable (a restart) for up to
-        ``_SUBMIT_RETRY`` seconds. Safe: a retry carries the same job id, so a first
+        ``_SUBMIT_RETRY`` seconds. Safe: a retry carries the same job ids, so a first
         attempt whose commit did happen is found, not duplicated."""
         deadline = time.monotonic() + _SUBMIT_RETRY
         pause = 0.05
         while True:
             try:
-                return self.backend.enqueue(job)
+                return enqueue()
             except BackendUnavailableError:
                 if time.monotonic() + pause > deadline:
                     raise
