@@ -89,6 +89,7 @@ class Consumer:
         self.active = 0  # claims in progress (between take and ack)
         self.last_use = time.monotonic()
         self.recent = 0.0  # when the broker was last asked for more (subscribe, qos, ack)
+        self.busy = True  # the last take found more than one delivery: a backlog is flowing
         self.kicks = 0
 
     def kick(self) -> None:
@@ -123,8 +124,9 @@ class Consumer:
 
     def take(self, limit: int, timeout: float, kicks: int) -> list[Delivery]:
         """Up to ``limit`` deliveries, waiting up to ``timeout`` s for the first. Right
-        after the broker was asked for more, wait a moment (until 2 ms pass without a
-        new delivery) so one claim gets the whole batch the broker is pushing. Returns
+        after the broker was asked for more, while a backlog is flowing, wait a moment
+        (until 2 ms pass without a new delivery) so one claim gets the whole batch the
+        broker is pushing; a lone delivery to an idle queue goes at once. Returns
         empty-handed once :meth:`kick` moved ``kicks`` on."""
         if time.monotonic() - self.recent < 0.005:
             timeout = max(timeout, 0.02)  # just subscribed: the broker is pushing the backlog
@@ -135,13 +137,14 @@ class Consumer:
                 if left <= 0 or self.client.stopped.is_set() or self.kicks != kicks:
                     return []
                 self.cond.wait(left)
-            if len(self.buf) < limit and time.monotonic() - self.recent < 0.02:
+            if len(self.buf) < limit and self.busy and time.monotonic() - self.recent < 0.02:
                 stop = time.monotonic() + 0.02
                 while len(self.buf) < limit and time.monotonic() < stop:
                     n = len(self.buf)
                     self.cond.wait(0.002)
                     if len(self.buf) == n:
                         break
+            self.busy = len(self.buf) > 1
             return [self.buf.popleft() for _ in range(min(limit, len(self.buf)))]
 
     def _drop_buffer(self) -> None:
