@@ -55,6 +55,18 @@ def drain(
     return out
 
 
+def read_soon(
+    backend: StreamBackend, stream: str, consumer: str, *, max: int, ack_deadline: float, within: float = 5.0
+) -> list[Event]:
+    """Partition 0 of group ``g``: the first non-empty read within ``within`` seconds
+    (a redelivery becomes due on the server's clock, not exactly on ours)."""
+    got: list[Event] = []
+    until = time.monotonic() + within
+    while not got and time.monotonic() < until:
+        got = backend.read(stream, "g", 0, consumer, max=max, ack_deadline=ack_deadline, timeout=0.5)
+    return got
+
+
 # -- append ----------------------------------------------------------------------
 
 
@@ -183,10 +195,7 @@ def test_redelivery_after_ack_deadline_keeps_order(backend: StreamBackend, make_
     assert backend.read(s.name, "g", 0, "c1", max=3, ack_deadline=0.5, timeout=0.1) == []
     time.sleep(0.7)
     # After the deadline the same events come back, oldest first, counted.
-    again: list[Event] = []
-    until = time.monotonic() + 5
-    while not again and time.monotonic() < until:
-        again = backend.read(s.name, "g", 0, "c2", max=3, ack_deadline=0.5, timeout=0.5)
+    again = read_soon(backend, s.name, "c2", max=3, ack_deadline=0.5)
     assert [e.offset for e in again] == [1, 2, 3]
     assert [e.deliveries for e in again] == [2, 2, 2]
     backend.commit(s.name, "g", 0, 3)
@@ -236,16 +245,10 @@ def test_partial_redelivery_takes_a_prefix(backend: StreamBackend, make_stream: 
     backend.read(s.name, "g", 0, "c1", max=4, ack_deadline=0.3, timeout=1)
     time.sleep(0.5)
     # A recovering consumer takes one expired entry at a time: only it is counted again.
-    one: list[Event] = []
-    until = time.monotonic() + 5
-    while not one and time.monotonic() < until:
-        one = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
+    one = read_soon(backend, s.name, "c2", max=1, ack_deadline=0.3)
     assert [(e.offset, e.deliveries) for e in one] == [(1, 2)]
     backend.commit(s.name, "g", 0, 1)
-    nxt: list[Event] = []
-    until = time.monotonic() + 5
-    while not nxt and time.monotonic() < until:
-        nxt = backend.read(s.name, "g", 0, "c2", max=10, ack_deadline=0.3, timeout=0.5)
+    nxt = read_soon(backend, s.name, "c2", max=10, ack_deadline=0.3)
     assert [(e.offset, e.deliveries) for e in nxt] == [(2, 2), (3, 2), (4, 2)]
 
 
@@ -260,17 +263,11 @@ def test_extend_holds_only_what_the_consumer_received(
     backend.create_group(s.name, "g", Start.beginning())
     backend.read(s.name, "g", 0, "ghost", max=4, ack_deadline=0.3, timeout=1)
     time.sleep(0.5)
-    one: list[Event] = []
-    until = time.monotonic() + 5
-    while not one and time.monotonic() < until:
-        one = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
+    one = read_soon(backend, s.name, "c2", max=1, ack_deadline=0.3)
     assert [(e.offset, e.deliveries) for e in one] == [(1, 2)]
     backend.extend(s.name, "g", 0, "c2", 30.0)  # c2's heartbeat while it handles event 1
     backend.commit(s.name, "g", 0, 1)
-    nxt: list[Event] = []
-    until = time.monotonic() + 5
-    while not nxt and time.monotonic() < until:
-        nxt = backend.read(s.name, "g", 0, "c2", max=1, ack_deadline=0.3, timeout=0.5)
+    nxt = read_soon(backend, s.name, "c2", max=1, ack_deadline=0.3)
     assert [(e.offset, e.deliveries) for e in nxt] == [(2, 2)]
 
 
