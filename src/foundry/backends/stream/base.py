@@ -88,6 +88,7 @@ __all__ = [
     "check_partition",
     "gap_reason",
     "partition_for",
+    "partitions_changed",
     "resolve_start",
     "unknown_group",
 ]
@@ -401,6 +402,14 @@ def unknown_stream(stream: str, known: Sequence[str]) -> NotFoundError:
     return NotFoundError(
         f"no stream named {stream!r} (streams: {names}). Fix: declare it with "
         f"app.stream({stream!r}, ...) and publish to it, or check the spelling"
+    )
+
+
+def partitions_changed(config: StreamConfig, existing: int) -> ConfigError:
+    return ConfigError(
+        f"stream {config.name!r} exists with {existing} partitions, not {config.partitions}. "
+        "Fix: keep partitions as they were (changing them would move keys between "
+        "partitions and break per-key order), or use a new stream name"
     )
 
 

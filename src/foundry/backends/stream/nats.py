@@ -61,6 +61,13 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from foundry.backends.stream._common import (
+    CheckedRead,
+    dead_from_record,
+    dead_record,
+    event_letter,
+    gap_letter,
+)
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
@@ -73,9 +80,9 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
-    gap_reason,
     out_of_range,
     partition_for,
+    partitions_changed,
     unknown_group,
     unknown_stream,
 )
@@ -129,6 +136,10 @@ def _parse(url: str) -> tuple[list[str], str, api.StorageType]:
     return servers, prefix, storage
 
 
+def _b64encode(payload: bytes) -> str:
+    return base64.b64encode(payload).decode()
+
+
 @dataclass
 class _Part:
     """What this process knows of one (group, partition): the pending window
@@ -145,7 +156,7 @@ class _Part:
     checked_retention: float = 0.0
 
 
-class NatsStreamBackend:
+class NatsStreamBackend(CheckedRead):
     """NATS JetStream (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=False, dense_offsets=True)
@@ -289,11 +300,7 @@ class NatsStreamBackend:
                 existing = await self._js.stream_info(self._jsname(config.name, 0))
                 partitions = int(json.loads(existing.config.description or "{}").get("partitions", 0))
                 if partitions != config.partitions:
-                    raise ConfigError(
-                        f"stream {config.name!r} exists with {partitions} partitions, not "
-                        f"{config.partitions}. Fix: keep partitions as they were (changing them would "
-                        "move keys between partitions and break per-key order), or use a new stream name"
-                    )
+                    raise partitions_changed(config, partitions)
             except nats.js.errors.NotFoundError:
                 pass
             description = json.dumps(
@@ -568,23 +575,11 @@ class NatsStreamBackend:
             )
         return state
 
-    def read(
-        self,
-        stream: str,
-        group: str,
-        partition: int,
-        consumer: str,
-        *,
-        max: int,
-        ack_deadline: float,
-        timeout: float,
+    def _read(
+        self, stream: str, group: str, partition: int, consumer: str, limit: int, ack: float, timeout: float
     ) -> list[Event]:
-        if max < 1:
-            raise ValueError(f"read max={max} must be ≥ 1")
-        limit = max
-
         async def run() -> list[Event]:
-            state = await self._prepare(stream, group, partition, ack_deadline)
+            state = await self._prepare(stream, group, partition, ack)
             until = time.monotonic() + (timeout if timeout > 0 else 0.0)
             try:
                 while True:
@@ -686,18 +681,14 @@ class NatsStreamBackend:
         )
 
     async def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
-        reason = gap_reason(await self._config_async(stream), group, lo, hi)
-        record = {
-            "g": group,
-            "p": partition,
-            "o": lo,
-            "lo": hi,
-            "i": "",
-            "r": reason,
-            "n": 0,
-            "at": time.time(),
-        }
-        await self._js.publish(self._subject(stream, "dead") + f".{group}", json.dumps(record).encode())
+        letter = gap_letter(await self._config_async(stream), group, partition, lo, hi, time.time())
+        await self._publish_dead(stream, letter)
+
+    async def _publish_dead(self, stream: str, letter: DeadLetter) -> None:
+        record = dead_record(letter, payload=_b64encode)
+        await self._js.publish(
+            self._subject(stream, "dead") + f".{letter.group}", json.dumps(record).encode()
+        )
 
     async def _commit(self, stream: str, group: str, partition: int, offset: int) -> None:
         state = await self._prepare(
@@ -740,19 +731,7 @@ class NatsStreamBackend:
         self, stream: str, group: str, event: Event, reason: str, error: str | None = None
     ) -> None:
         async def run() -> None:
-            record = {
-                "g": group,
-                "p": event.partition,
-                "o": event.offset,
-                "i": event.id,
-                "k": event.key,
-                "d": base64.b64encode(event.payload).decode(),
-                "r": reason,
-                "e": error,
-                "n": event.deliveries,
-                "at": time.time(),
-            }
-            await self._js.publish(self._subject(stream, "dead") + f".{group}", json.dumps(record).encode())
+            await self._publish_dead(stream, event_letter(stream, group, event, reason, error, time.time()))
             await self._commit(stream, group, event.partition, event.offset)
 
         self._call(run, "dead letter")
@@ -771,26 +750,9 @@ class NatsStreamBackend:
                     seq += 1
                     continue
                 seq += 1
-                r = json.loads(raw.data or b"{}")
-                if group is not None and r["g"] != group:
-                    continue
-                payload = r.get("d")
-                out.append(
-                    DeadLetter(
-                        stream,
-                        r["g"],
-                        int(r["p"]),
-                        int(r["o"]),
-                        r["i"],
-                        r.get("k"),
-                        None if payload is None else base64.b64decode(payload),
-                        r["r"],
-                        int(r["n"]),
-                        float(r["at"]),
-                        r.get("e"),
-                        r.get("lo"),
-                    )
-                )
+                letter = dead_from_record(stream, json.loads(raw.data or b"{}"), payload=base64.b64decode)
+                if group is None or letter.group == group:
+                    out.append(letter)
             return out
 
         return self._call(run, "dead letters")

@@ -45,6 +45,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 import redis.exceptions
 
+from foundry.backends.stream._common import (
+    CheckedRead,
+    dead_from_record,
+    dead_record,
+    event_letter,
+    gap_letter,
+)
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
@@ -57,8 +64,8 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
-    gap_reason,
     partition_for,
+    partitions_changed,
     resolve_start,
     unknown_group,
     unknown_stream,
@@ -387,7 +394,7 @@ def _offset(entry_id: Any) -> int:
     return int(_s(entry_id).split("-", 1)[0])
 
 
-class RedisStreamBackend:
+class RedisStreamBackend(CheckedRead):
     """Redis Streams (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
@@ -485,11 +492,7 @@ class RedisStreamBackend:
             self._r.hsetnx(key, "partitions", json.dumps(config.partitions))
             existing = int(json.loads(self._r.hget(key, "partitions") or b"0"))
             if existing != config.partitions:
-                raise ConfigError(
-                    f"stream {config.name!r} exists with {existing} partitions, not {config.partitions}. "
-                    "Fix: keep partitions as they were (changing them would move keys between "
-                    "partitions and break per-key order), or use a new stream name"
-                )
+                raise partitions_changed(config, existing)
             self._r.hset(
                 key,
                 mapping={
@@ -666,26 +669,16 @@ class RedisStreamBackend:
 
     # -- consuming -------------------------------------------------------------
 
-    def read(
-        self,
-        stream: str,
-        group: str,
-        partition: int,
-        consumer: str,
-        *,
-        max: int,
-        ack_deadline: float,
-        timeout: float,
+    def _read(
+        self, stream: str, group: str, partition: int, consumer: str, limit: int, ack: float, timeout: float
     ) -> list[Event]:
-        if max < 1:
-            raise ValueError(f"read max={max} must be ≥ 1")
         config = self._config(stream)
         check_partition(config, partition)
         key = self._pkey(stream, partition)
-        ack_ms = int(ack_deadline * 1000)
+        ack_ms = int(ack * 1000)
         until = time.monotonic() + (timeout if timeout > 0 else 0.0)
         while True:
-            raw = self._run("read", [key], [group, consumer, max, ack_ms], "read", stream, group)
+            raw = self._run("read", [key], [group, consumer, limit, ack_ms], "read", stream, group)
             kind = _s(raw[0])
             if kind == "claimed":
                 events = self._claimed(stream, group, partition, raw)
@@ -739,23 +732,11 @@ class RedisStreamBackend:
         )
 
     def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
-        reason = gap_reason(self._config(stream), group, lo, hi)
+        record: dict[Any, Any] = dead_record(
+            gap_letter(self._config(stream), group, partition, lo, hi, time.time())
+        )
         with self._errors("record gap"):
-            self._r.xadd(
-                f"{self._tag(stream)}:dead",
-                {
-                    "g": group,
-                    "p": partition,
-                    "o": lo,
-                    "lo": hi,
-                    "i": "",
-                    "r": reason,
-                    "n": 0,
-                    "at": repr(time.time()),
-                },
-                maxlen=_DEAD_MAXLEN,
-                approximate=True,
-            )
+            self._r.xadd(f"{self._tag(stream)}:dead", record, maxlen=_DEAD_MAXLEN, approximate=True)
 
     def commit(self, stream: str, group: str, partition: int, offset: int) -> None:
         check_partition(self._config(stream), partition)
@@ -767,23 +748,8 @@ class RedisStreamBackend:
     def dead_letter(
         self, stream: str, group: str, event: Event, reason: str, error: str | None = None
     ) -> None:
-        fields: list[Any] = [
-            "g",
-            group,
-            "p",
-            event.partition,
-            "o",
-            event.offset,
-            "i",
-            event.id,
-            "d",
-            event.payload,
-        ]
-        fields += ["r", reason, "n", event.deliveries, "at", repr(time.time())]
-        if event.key is not None:
-            fields += ["k", event.key]
-        if error is not None:
-            fields += ["e", error]
+        record = dead_record(event_letter(stream, group, event, reason, error, time.time()))
+        fields = [item for pair in record.items() for item in pair]
         keys = [self._pkey(stream, event.partition), f"{self._tag(stream)}:dead"]
         self._run("dead", keys, [group, event.offset, *fields], "dead letter", stream, group)
 
@@ -796,31 +762,10 @@ class RedisStreamBackend:
                 dead_key = f"{self._tag(stream)}:dead"
                 chunk: list[Any] = self._r.xrange(dead_key, min=start, max="+", count=500) or []
                 for _, raw in chunk:
-                    fields: dict[str, Any] = {_s(k): v for k, v in raw.items()}
-                    if group is not None and _s(fields["g"]) != group:
+                    letter = dead_from_record(stream, {_s(k): v for k, v in raw.items()})
+                    if group is not None and letter.group != group:
                         continue
-                    key, payload, error, hi = (
-                        fields.get("k"),
-                        fields.get("d"),
-                        fields.get("e"),
-                        fields.get("lo"),
-                    )
-                    out.append(
-                        DeadLetter(
-                            stream,
-                            _s(fields["g"]),
-                            int(fields["p"]),
-                            int(fields["o"]),
-                            _s(fields["i"]),
-                            None if key is None else _s(key),
-                            None if payload is None else bytes(payload),
-                            _s(fields["r"]),
-                            int(fields["n"]),
-                            float(fields["at"]),
-                            None if error is None else _s(error),
-                            None if hi is None else int(hi),
-                        )
-                    )
+                    out.append(letter)
                     if len(out) >= limit:
                         break
                 if len(chunk) < 500:

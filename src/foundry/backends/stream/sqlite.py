@@ -21,6 +21,7 @@ thousand batches per second. For more, use NATS or Redis.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import tempfile
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from foundry.backends.stream._common import CheckedRead, event_letter, gap_letter
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
@@ -43,8 +45,8 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
-    gap_reason,
     partition_for,
+    partitions_changed,
     resolve_start,
     unknown_group,
     unknown_stream,
@@ -96,10 +98,7 @@ CREATE TABLE IF NOT EXISTS fs_leases (
 ) WITHOUT ROWID;
 """
 
-_INSERT_DEAD = (
-    "INSERT INTO fs_dead (stream, grp, part, off, last_off, id, key, payload, reason, error, "
-    "deliveries, dead_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-)
+_DEAD_COLUMNS = "stream, grp, part, off, id, key, payload, reason, deliveries, dead_at, error, last_off"
 _POLL = 0.02  # seconds between looks at the file when waiting for other processes' appends
 _MAX_VARS = 900  # bound parameters per IN (...) list
 
@@ -131,7 +130,14 @@ def _parse(url: str) -> tuple[Path, str, bool]:
     return Path(path), sync, False
 
 
-class SqliteStreamBackend:
+def _insert_dead(conn: sqlite3.Connection, letter: DeadLetter) -> None:
+    conn.execute(
+        f"INSERT INTO fs_dead ({_DEAD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        dataclasses.astuple(letter),
+    )
+
+
+class SqliteStreamBackend(CheckedRead):
     """The embedded log (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
@@ -233,11 +239,7 @@ class SqliteStreamBackend:
         with self._tx("create stream") as conn:
             row = conn.execute("SELECT partitions FROM fs_streams WHERE name=?", (config.name,)).fetchone()
             if row is not None and int(row[0]) != config.partitions:
-                raise ConfigError(
-                    f"stream {config.name!r} exists with {row[0]} partitions, not {config.partitions}. "
-                    "Fix: keep partitions as they were (changing them would move keys between "
-                    "partitions and break per-key order), or use a new stream name"
-                )
+                raise partitions_changed(config, row[0])
             conn.execute(
                 "INSERT INTO fs_streams VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
                 "max_age=excluded.max_age, max_events=excluded.max_events, "
@@ -524,22 +526,12 @@ class SqliteStreamBackend:
 
     # -- consuming -------------------------------------------------------------
 
-    def read(
-        self,
-        stream: str,
-        group: str,
-        partition: int,
-        consumer: str,
-        *,
-        max: int,
-        ack_deadline: float,
-        timeout: float,
+    def _read(
+        self, stream: str, group: str, partition: int, consumer: str, limit: int, ack: float, timeout: float
     ) -> list[Event]:
-        if max < 1:
-            raise ValueError(f"read max={max} must be ≥ 1")
         until = time.monotonic() + (timeout if timeout > 0 else 0.0)
         while True:
-            events = self._read_once(stream, group, partition, consumer, max, ack_deadline)
+            events = self._read_once(stream, group, partition, consumer, limit, ack)
             remaining = until - time.monotonic()
             if events or remaining <= 0:
                 return events
@@ -653,23 +645,7 @@ class SqliteStreamBackend:
     def _record_gap(
         self, conn: sqlite3.Connection, stream: str, group: str, partition: int, lo: int, hi: int, now: float
     ) -> None:
-        conn.execute(
-            _INSERT_DEAD,
-            (
-                stream,
-                group,
-                partition,
-                lo,
-                hi,
-                "",
-                None,
-                None,
-                gap_reason(self._config(stream, conn), group, lo, hi),
-                None,
-                0,
-                now,
-            ),
-        )
+        _insert_dead(conn, gap_letter(self._config(stream, conn), group, partition, lo, hi, now))
 
     def _commit(
         self,
@@ -715,32 +691,13 @@ class SqliteStreamBackend:
             committed, delivered = self._check_group(conn, stream, group, event.partition)
             if event.offset <= committed:
                 return
-            conn.execute(
-                _INSERT_DEAD,
-                (
-                    stream,
-                    group,
-                    event.partition,
-                    event.offset,
-                    None,
-                    event.id,
-                    event.key,
-                    event.payload,
-                    reason,
-                    error,
-                    event.deliveries,
-                    time.time(),
-                ),
-            )
+            _insert_dead(conn, event_letter(stream, group, event, reason, error, time.time()))
             self._commit(conn, stream, group, event.partition, event.offset, committed, delivered)
 
     def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]:
         conn = self._conn()
         self._config(stream, conn)
-        sql = (
-            "SELECT stream, grp, part, off, id, key, payload, reason, deliveries, dead_at, error, last_off "
-            "FROM fs_dead WHERE stream=?"
-        )
+        sql = f"SELECT {_DEAD_COLUMNS} FROM fs_dead WHERE stream=?"
         args: tuple[Any, ...] = (stream,)
         if group is not None:
             sql += " AND grp=?"
