@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from foundry.backends.queue import QueueBackend, open_queue_backend
-from tests.backends.queue.engines import ENGINES, close, drop_schema, engine_url
+from foundry.backends.queue import QueueBackend
+from tests.backends.queue._helpers import Namespace
+from tests.backends.queue.engines import ENGINES, drop_schema, engine_url
 
 
 @pytest.fixture(params=ENGINES)
@@ -28,21 +30,10 @@ def queue_url(engine: str, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def open_backend(queue_url: str) -> Iterator[Callable[[], QueueBackend]]:
-    """Open more backends on the same URL (another "process"); all closed afterwards."""
-    opened: list[QueueBackend] = []
-
-    def make() -> QueueBackend:
-        backend = open_queue_backend(queue_url)
-        opened.append(backend)
-        return backend
-
-    try:
-        yield make
-    finally:
-        for backend in reversed(opened[1:]):
-            backend.close()
-        if opened:
-            close(opened[0], queue_url)
+    """Open more backends on the same URL (another "process"); afterwards all are closed
+    and what they created is removed (``_helpers.Namespace``)."""
+    with Namespace[Any](queue_url, object) as namespace:
+        yield namespace.open
 
 
 @pytest.fixture

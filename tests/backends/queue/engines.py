@@ -2,7 +2,7 @@
 
 ``ENGINES`` lists them all. :func:`engine_url` gives a private namespace on each (a
 fresh SQLite file; a private PostgreSQL schema; for Redis and RabbitMQ the engine's own
-``prefix`` option), and :func:`cleanup` removes it. A server that is down skips the
+``prefix`` option), and :func:`close` removes it. A server that is down skips the
 test on a laptop and fails it under ``CI=true`` (``tests.services.require``); so does an
 engine module that is not in the tree yet.
 
@@ -47,7 +47,7 @@ def require_engine(engine: str) -> None:
 
 
 def engine_url(engine: str, tmp_path: Path) -> str:
-    """A URL for a private namespace on ``engine`` (see :func:`cleanup`)."""
+    """A URL for a private namespace on ``engine`` (see :func:`close`)."""
     require_engine(engine)
     tag = uuid.uuid4().hex[:10]
     if engine == "sqlite":

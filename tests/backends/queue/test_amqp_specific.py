@@ -6,7 +6,6 @@ back to other workers, option errors, and a RabbitMQ restart under a running wor
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,40 +14,39 @@ from urllib.parse import quote
 
 import pytest
 
-from foundry.backends.queue import JobStatus, NewJob, open_queue_backend
+from foundry.backends.queue import JobStatus, open_queue_backend
 from foundry.backends.queue.amqp import AmqpQueue
 from foundry.errors import BackendUnavailableError, ConfigError
+from tests.backends.queue._helpers import (
+    LONG,
+    Namespace,
+    assert_a_stop_wakes_a_waiting_claimer,
+    expect,
+    job,
+)
 from tests.backends.queue._restart import restart_server, run_through_restart
 from tests.backends.queue.engines import drop_schema
 from tests.services import require
 
-LONG = 60.0
-
-
-def job(queue: str, **fields: object) -> NewJob:
-    return NewJob(id=uuid.uuid4().hex, queue=queue, unit="u", payload=b"[]", **fields)  # type: ignore[arg-type]
-
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
+def namespace(tmp_path: Path) -> Iterator[Namespace[AmqpQueue]]:
+    """A private prefix, its state in a SQLite file; its queues and state are deleted
+    after the test."""
     state = quote(f"sqlite:///{tmp_path / 'state.db'}", safe="")
-    return f"{require('rabbitmq')}?prefix=fqa{uuid.uuid4().hex[:10]}&state={state}"
-
-
-def opened(url: str) -> AmqpQueue:
-    b = open_queue_backend(url)
-    assert isinstance(b, AmqpQueue)
-    return b
+    url = f"{require('rabbitmq')}?prefix=fqa{uuid.uuid4().hex[:10]}&state={state}"
+    with Namespace(url, AmqpQueue) as ns:
+        yield ns
 
 
 @pytest.fixture
-def backend(url: str) -> Iterator[AmqpQueue]:
-    b = opened(url)
-    try:
-        yield b
-    finally:
-        b.destroy()
-        b.close()
+def url(namespace: Namespace[AmqpQueue]) -> str:
+    return namespace.url
+
+
+@pytest.fixture
+def backend(namespace: Namespace[AmqpQueue]) -> AmqpQueue:
+    return namespace.open()
 
 
 def round_trip(b: AmqpQueue) -> None:
@@ -57,9 +55,7 @@ def round_trip(b: AmqpQueue) -> None:
     c = b.claim("q", "w", lease=LONG, limit=1, timeout=10)[0]
     assert c.id == new.id
     assert b.complete(c.id, c.token, b'"ok"')
-    state = b.wait(new.id, timeout=10)
-    assert state is not None
-    assert state.status is JobStatus.SUCCEEDED
+    state = expect(b.wait(new.id, timeout=10), JobStatus.SUCCEEDED)
     assert state.result == b'"ok"'
 
 
@@ -69,13 +65,13 @@ def test_the_state_store_can_be_redis_or_postgresql(store: str) -> None:
     state = require(store)
     if store == "postgres":
         state = f"{state}?schema=fq_amqp_{tag}"
-    b = opened(f"{require('rabbitmq')}?prefix=fqa{tag}&state={quote(state, safe='')}")
+    url = f"{require('rabbitmq')}?prefix=fqa{tag}&state={quote(state, safe='')}"
     try:
-        round_trip(b)
-        assert type(b.state).__name__ == ("RedisQueue" if store == "redis" else "PostgresState")
+        with Namespace(url, AmqpQueue) as ns:
+            b = ns.open()
+            round_trip(b)
+            assert type(b.state).__name__ == ("RedisQueue" if store == "redis" else "PostgresState")
     finally:
-        b.destroy()
-        b.close()
         drop_schema(state)
 
 
@@ -91,36 +87,27 @@ def test_a_delay_waits_in_a_broker_ttl_queue(backend: AmqpQueue) -> None:
     assert time.time() >= new.eta  # type: ignore[operator]
 
 
-def test_a_job_that_lost_its_message_is_published_again(url: str) -> None:
-    b = opened(url + "&orphan_after=0.05")
-    try:
-        # Given a job in the state store whose message never reached the broker
-        # (its submitter died between the commit and the publish)
-        lost = job("q")
-        b.state.enqueue(lost)
-        time.sleep(0.1)
-        # Then a claimer that finds the broker queue empty publishes it again
-        got = b.claim("q", "w", lease=LONG, limit=1, timeout=10)
-        assert [c.id for c in got] == [lost.id]
-    finally:
-        b.destroy()
-        b.close()
+def test_a_job_that_lost_its_message_is_published_again(namespace: Namespace[AmqpQueue]) -> None:
+    b = namespace.open("&orphan_after=0.05")
+    # Given a job in the state store whose message never reached the broker
+    # (its submitter died between the commit and the publish)
+    lost = job("q")
+    b.state.enqueue(lost)
+    time.sleep(0.1)
+    # Then a claimer that finds the broker queue empty publishes it again
+    got = b.claim("q", "w", lease=LONG, limit=1, timeout=10)
+    assert [c.id for c in got] == [lost.id]
 
 
-def test_prefetched_messages_go_back_to_other_workers_after_linger(url: str) -> None:
-    a, other = opened(url + "&linger=0.3"), opened(url + "&linger=0.3")
-    try:
-        first, second = job("q"), job("q")
-        a.enqueue(first)
-        a.enqueue(second)
-        # a claims one; the broker pushes the next into a's prefetch buffer
-        assert [c.id for c in a.claim("q", "w", lease=LONG, limit=1, timeout=10)] == [first.id]
-        # a stops claiming (busy): after its linger the message goes to the other worker
-        assert [c.id for c in other.claim("q", "w2", lease=LONG, limit=1, timeout=20)] == [second.id]
-    finally:
-        other.close()
-        a.destroy()
-        a.close()
+def test_prefetched_messages_go_back_to_other_workers_after_linger(namespace: Namespace[AmqpQueue]) -> None:
+    a, other = namespace.open("&linger=0.3"), namespace.open("&linger=0.3")
+    first, second = job("q"), job("q")
+    a.enqueue(first)
+    a.enqueue(second)
+    # a claims one; the broker pushes the next into a's prefetch buffer
+    assert [c.id for c in a.claim("q", "w", lease=LONG, limit=1, timeout=10)] == [first.id]
+    # a stops claiming (busy): after its linger the message goes to the other worker
+    assert [c.id for c in other.claim("q", "w2", lease=LONG, limit=1, timeout=20)] == [second.id]
 
 
 def test_a_duplicate_message_is_dropped(backend: AmqpQueue) -> None:
@@ -135,33 +122,21 @@ def test_a_duplicate_message_is_dropped(backend: AmqpQueue) -> None:
     assert state.deliveries == 1
 
 
-def test_another_max_priority_on_the_same_queue_is_a_config_error(url: str, backend: AmqpQueue) -> None:
+def test_another_max_priority_on_the_same_queue_is_a_config_error(
+    namespace: Namespace[AmqpQueue], backend: AmqpQueue
+) -> None:
     backend.enqueue(job("q"))
     assert backend.claim("q", "w", lease=LONG, limit=1, timeout=10)
-    other = opened(url + "&max_priority=3")
-    try:
-        with pytest.raises(ConfigError, match="max_priority"):
-            other.claim("q", "w", lease=LONG, limit=1, timeout=1)
-    finally:
-        other.close()
+    other = namespace.open("&max_priority=3")
+    with pytest.raises(ConfigError, match="max_priority"):
+        other.claim("q", "w", lease=LONG, limit=1, timeout=1)
 
 
 def test_stopping_wakes_a_waiting_claimer(backend: AmqpQueue) -> None:
-    got: list[list[object]] = []
-    t = threading.Thread(
-        target=lambda: got.append(backend.claim("idle", "w", lease=LONG, limit=1, timeout=60))
-    )
-    t.start()
-    consumer = backend.client.consumer(f"{backend.prefix}.idle")
-    deadline = time.monotonic() + 10
-    while consumer.channel is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    # When a stopping worker bumps the backend (what Worker.stop() does)
-    backend.signals.bump_all()
-    # Then the claimer returns empty-handed instead of waiting for its minute
-    t.join(30)
-    assert not t.is_alive()
-    assert got == [[]]
+    def waiting() -> bool:
+        return backend.client.consumer(f"{backend.prefix}.idle").channel is not None
+
+    assert_a_stop_wakes_a_waiting_claimer(backend, waiting)
 
 
 @pytest.mark.parametrize(

@@ -6,40 +6,34 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from foundry.backends.queue import NewJob, open_queue_backend
+from foundry.backends.queue import open_queue_backend
 from foundry.backends.queue.redis import RedisQueue
 from foundry.errors import BackendUnavailableError, ConfigError
+from tests.backends.queue._helpers import LONG, Namespace, assert_a_stop_wakes_a_waiting_claimer, job
 from tests.backends.queue._restart import restart_server, run_through_restart
 from tests.services import require
 
-LONG = 60.0
 
-
-def job(queue: str, **fields: object) -> NewJob:
-    return NewJob(id=uuid.uuid4().hex, queue=queue, unit="u", payload=b"[]", **fields)  # type: ignore[arg-type]
+@pytest.fixture
+def namespace() -> Iterator[Namespace[RedisQueue]]:
+    """A private prefix; every key under it is deleted after the test."""
+    with Namespace(f"{require('redis')}?prefix=fqr{uuid.uuid4().hex[:10]}", RedisQueue) as ns:
+        yield ns
 
 
 @pytest.fixture
-def url() -> str:
-    return f"{require('redis')}?prefix=fqr{uuid.uuid4().hex[:10]}"
+def url(namespace: Namespace[RedisQueue]) -> str:
+    return namespace.url
 
 
 @pytest.fixture
-def backend(url: str) -> Iterator[RedisQueue]:
-    b = open_queue_backend(url)
-    assert isinstance(b, RedisQueue)
-    try:
-        yield b
-    finally:
-        b.destroy()
-        b.close()
+def backend(namespace: Namespace[RedisQueue]) -> RedisQueue:
+    return namespace.open()
 
 
 def test_a_finished_job_and_its_key_expire_after_result_ttl(backend: RedisQueue) -> None:
@@ -87,20 +81,7 @@ def test_destroy_removes_every_key_of_the_prefix(url: str) -> None:
 
 
 def test_stopping_wakes_a_claimer_blocked_in_blpop(backend: RedisQueue) -> None:
-    got: list[list[object]] = []
-    t = threading.Thread(
-        target=lambda: got.append(backend.claim("idle", "w", lease=LONG, limit=1, timeout=60))
-    )
-    t.start()
-    deadline = time.monotonic() + 10
-    while not backend._blocked.get("idle") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    # When a stopping worker bumps the backend (what Worker.stop() does)
-    backend.signals.bump_all()
-    # Then the claimer returns empty-handed instead of blocking for its minute
-    t.join(30)
-    assert not t.is_alive()
-    assert got == [[]]
+    assert_a_stop_wakes_a_waiting_claimer(backend, lambda: bool(backend._blocked.get("idle")))
 
 
 @pytest.mark.parametrize(
