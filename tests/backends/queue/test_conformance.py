@@ -14,6 +14,7 @@ import pytest
 
 from foundry.backends.queue import JobStatus, NewJob, QueueBackend, open_queue_backend
 from foundry.errors import ConfigError, SubmitError
+from tests.backends.queue._helpers import expect
 
 SHORT = 0.4  # a lease that lapses during the test
 LONG = 60.0  # a lease that does not
@@ -53,9 +54,7 @@ def test_enqueue_then_get_shows_the_queued_job(backend: QueueBackend, queue: str
     done = backend.enqueue(new)
     assert done.id == new.id
     assert done.created
-    state = backend.get(new.id)
-    assert state is not None
-    assert state.status is JobStatus.QUEUED
+    state = expect(backend.get(new.id), JobStatus.QUEUED)
     assert (state.unit, state.queue, state.priority, state.key) == ("unit.test", queue, 3, new.key)
     assert state.payload == new.payload
     assert state.deliveries == 0
@@ -135,9 +134,7 @@ def test_claim_returns_the_job_with_a_token_and_counts_the_delivery(
     assert c.attempts == 0
     assert (c.max_retries, c.max_deliveries, c.timeout) == (3, 4, 12.5)
     assert c.lease_until >= before + LONG - 1
-    state = backend.get(new.id)
-    assert state is not None
-    assert state.status is JobStatus.RUNNING
+    state = expect(backend.get(new.id), JobStatus.RUNNING)
     assert state.deliveries == 1
 
 
@@ -192,21 +189,8 @@ def test_concurrent_claimers_each_get_different_jobs(
     assert sorted(flat) == sorted(ids)  # every job once, none twice
 
 
-def test_claim_blocks_until_a_job_arrives(backend: QueueBackend, queue: str) -> None:
-    new = job(queue)
-    timer = threading.Timer(0.3, backend.enqueue, args=(new,))
-    timer.start()
-    try:
-        got = backend.claim(queue, "w", lease=LONG, limit=1, timeout=30)
-    finally:
-        timer.join()
-    assert [c.id for c in got] == [new.id]
-
-
-def test_claim_wakes_for_a_job_enqueued_by_another_connection(
-    open_backend: Callable[[], QueueBackend], queue: str
-) -> None:
-    consumer, producer = open_backend(), open_backend()
+def claims_a_job_enqueued_meanwhile(consumer: QueueBackend, producer: QueueBackend, queue: str) -> None:
+    """A claim waiting on the empty ``queue`` returns the job ``producer`` enqueues 0.3 s later."""
     new = job(queue)
     timer = threading.Timer(0.3, producer.enqueue, args=(new,))
     timer.start()
@@ -215,6 +199,17 @@ def test_claim_wakes_for_a_job_enqueued_by_another_connection(
     finally:
         timer.join()
     assert [c.id for c in got] == [new.id]
+
+
+def test_claim_blocks_until_a_job_arrives(backend: QueueBackend, queue: str) -> None:
+    claims_a_job_enqueued_meanwhile(backend, backend, queue)
+
+
+def test_claim_wakes_for_a_job_enqueued_by_another_connection(
+    open_backend: Callable[[], QueueBackend], queue: str
+) -> None:
+    consumer, producer = open_backend(), open_backend()
+    claims_a_job_enqueued_meanwhile(consumer, producer, queue)
 
 
 def test_claim_on_an_empty_queue_returns_nothing_after_its_timeout(backend: QueueBackend, queue: str) -> None:
@@ -236,9 +231,7 @@ def test_a_lapsed_lease_redelivers_only_that_job(backend: QueueBackend, queue: s
     assert again.deliveries == 2
     assert again.token != first.token
     assert backend.claim(queue, "w", lease=LONG, limit=5, timeout=0.3) == []
-    state = backend.get(long_.id)
-    assert state is not None
-    assert state.status is JobStatus.RUNNING
+    state = expect(backend.get(long_.id), JobStatus.RUNNING)
     assert state.deliveries == 1
 
 
@@ -260,9 +253,7 @@ def test_stale_tokens_are_fenced(backend: QueueBackend, queue: str) -> None:
     assert not backend.heartbeat(old.id, old.token, lease=LONG)
     assert not backend.fail(old.id, old.token, b"{}", retry_at=time.time())
     assert not backend.release(old.id, old.token)
-    state = backend.get(old.id)
-    assert state is not None
-    assert state.status is JobStatus.RUNNING
+    state = expect(backend.get(old.id), JobStatus.RUNNING)
     assert state.attempts == 0
     # The current token still can
     assert backend.heartbeat(new.id, new.token, lease=LONG)
@@ -277,9 +268,7 @@ def test_a_stale_completion_is_kept_once_and_the_current_one_is_refused(
     assert backend.complete(old.id, old.token, b'"from the old worker"')  # the work was done
     assert not backend.complete(new.id, new.token, b'"from the new worker"')
     assert not backend.heartbeat(new.id, new.token, lease=LONG)
-    state = backend.get(old.id)
-    assert state is not None
-    assert state.status is JobStatus.SUCCEEDED
+    state = expect(backend.get(old.id), JobStatus.SUCCEEDED)
     assert state.result == b'"from the old worker"'
 
 
@@ -291,9 +280,7 @@ def test_completion_is_written_once(backend: QueueBackend, queue: str) -> None:
     # A completed job is never claimed again, even after its lease would have lapsed
     time.sleep(SHORT * 2)
     assert backend.claim(queue, "w", lease=LONG, limit=5, timeout=0.2) == []
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.SUCCEEDED
+    state = expect(backend.get(c.id), JobStatus.SUCCEEDED)
     assert state.result == b"\x00binary\xff"
     assert state.finished_at is not None
 
@@ -316,9 +303,7 @@ def test_fail_with_retry_at_schedules_the_retry_in_the_store(backend: QueueBacke
     c = claim_one(backend, queue)
     retry_at = time.time() + 0.6
     assert backend.fail(c.id, c.token, b'{"type":"builtins.ValueError"}', retry_at=retry_at)
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.QUEUED
+    state = expect(backend.get(c.id), JobStatus.QUEUED)
     assert state.attempts == 1
     assert state.error == b'{"type":"builtins.ValueError"}'
     assert backend.stats(queue).scheduled == 1
@@ -335,9 +320,7 @@ def test_fail_with_a_dead_reason_dead_letters_and_requeue_restores(backend: Queu
     backend.enqueue(job(queue))
     c = claim_one(backend, queue)
     assert backend.fail(c.id, c.token, b'{"message":"bad"}', dead_reason="unknown unit 'x'")
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.DEAD
+    state = expect(backend.get(c.id), JobStatus.DEAD)
     assert state.dead_reason == "unknown unit 'x'"
     dead = backend.dead_letters(queue)
     assert [d.id for d in dead] == [c.id]
@@ -347,9 +330,7 @@ def test_fail_with_a_dead_reason_dead_letters_and_requeue_restores(backend: Queu
     assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0) == []
     # Requeue: back in the queue with fresh counters
     assert backend.requeue(c.id)
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.QUEUED
+    state = expect(backend.get(c.id), JobStatus.QUEUED)
     assert (state.attempts, state.deliveries, state.dead_reason) == (0, 0, None)
     assert backend.dead_letters(queue) == []
     again = claim_one(backend, queue)
@@ -361,9 +342,7 @@ def test_fail_for_good_and_requeue(backend: QueueBackend, queue: str) -> None:
     backend.enqueue(job(queue))
     c = claim_one(backend, queue)
     assert backend.fail(c.id, c.token, b'{"message":"no"}')
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.FAILED
+    state = expect(backend.get(c.id), JobStatus.FAILED)
     assert state.error == b'{"message":"no"}'
     assert state.finished_at is not None
     assert not backend.fail(c.id, c.token, b"{}")
@@ -382,8 +361,7 @@ def test_a_job_that_keeps_killing_its_worker_is_dead_lettered(backend: QueueBack
     while state is not None and state.status is not JobStatus.DEAD and time.monotonic() < deadline:
         assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.3) == []
         state = backend.get(first.id)
-    assert state is not None
-    assert state.status is JobStatus.DEAD
+    state = expect(state, JobStatus.DEAD)
     assert state.dead_reason
     assert "lease" in state.dead_reason
     assert [d.id for d in backend.dead_letters(queue)] == [first.id]
@@ -404,9 +382,7 @@ def test_release_makes_the_job_claimable_at_once(backend: QueueBackend, queue: s
     c = claim_one(backend, queue, lease=LONG)
     assert backend.release(c.id, c.token)
     assert not backend.release(c.id, c.token)
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.QUEUED
+    expect(backend.get(c.id), JobStatus.QUEUED)
     again = claim_one(backend, queue, lease=LONG, timeout=0.5)
     assert again.id == c.id
     assert again.token != c.token
@@ -457,9 +433,7 @@ def test_cancel_a_queued_job(backend: QueueBackend, queue: str) -> None:
     backend.enqueue(new)
     assert backend.cancel(new.id)
     assert backend.cancel(new.id)  # still will not run
-    state = backend.get(new.id)
-    assert state is not None
-    assert state.status is JobStatus.CANCELLED
+    expect(backend.get(new.id), JobStatus.CANCELLED)
     assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.2) == []
 
 
@@ -477,9 +451,7 @@ def test_cancel_refuses_a_held_or_finished_job(backend: QueueBackend, queue: str
     assert backend.complete(c.id, c.token, b"1")
     assert not backend.cancel(c.id)
     assert not backend.cancel("no-such-job")
-    state = backend.get(c.id)
-    assert state is not None
-    assert state.status is JobStatus.SUCCEEDED
+    expect(backend.get(c.id), JobStatus.SUCCEEDED)
 
 
 # -- waiting and results across processes ------------------------------------------------
@@ -503,17 +475,13 @@ def test_wait_returns_when_another_connection_completes(
         state = submitter.wait(new.id, timeout=30)
     finally:
         t.join()
-    assert state is not None
-    assert state.status is JobStatus.SUCCEEDED
-    assert state.result == b'{"ok":true}'
+    assert expect(state, JobStatus.SUCCEEDED).result == b'{"ok":true}'
 
 
 def test_wait_times_out_with_the_current_state(backend: QueueBackend, queue: str) -> None:
     new = job(queue)
     backend.enqueue(new)
-    state = backend.wait(new.id, timeout=0.2)
-    assert state is not None
-    assert state.status is JobStatus.QUEUED
+    expect(backend.wait(new.id, timeout=0.2), JobStatus.QUEUED)
     assert backend.wait("no-such-job", timeout=0.1) is None
 
 
