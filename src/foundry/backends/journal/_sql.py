@@ -1,9 +1,10 @@
 """The journal's logic in portable SQL; ``sqlite.py`` and ``postgres.py`` supply the
 connections, the DDL, the error mapping and the few statements that differ.
 
-Statements are written with qmark placeholders (``?``); an engine with another
-paramstyle rewrites them once (``_sql``). Every write that belongs to a run checks the
-run's lease token in the same transaction (the fence).
+Statements are written with qmark placeholders (``?``) and ``{wf}``, ``{en}``, ``{sg}``
+for the tables; an engine with another paramstyle gets them rewritten once (``_sql``,
+from :class:`~foundry.backends._sql_common.SqlEngine`). Every write that belongs to a
+run checks the run's lease token in the same transaction (the fence).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from foundry.backends._sql_common import SqlEngine
 from foundry.backends.journal._pool import Pool
 from foundry.backends.journal.base import (
     ACTIVE,
@@ -280,7 +282,7 @@ class Session:
         # returning None lets the body's own exception propagate unchanged
 
 
-class SqlJournal:
+class SqlJournal(SqlEngine):
     """Shared implementation; subclasses set the engine specifics below."""
 
     dialect: ClassVar[str] = "sql"
@@ -292,30 +294,12 @@ class SqlJournal:
     fence_sql: ClassVar[str] = "SELECT cancel_requested FROM {wf} WHERE id = ? AND token = ?"
 
     def __init__(self, url: str, *, prefix: str, clock: Clock | None) -> None:
-        self.url = url
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.wf = f"{prefix}workflows"
         self.entries = f"{prefix}entries"
         self.sigs = f"{prefix}signals"
-        self._sql_cache: dict[str, str] = {}
+        super().__init__(url, {"{wf}": self.wf, "{en}": self.entries, "{sg}": self.sigs})
         self._lock = threading.Lock()
-
-    # -- engine hooks ------------------------------------------------------------
-
-    def _translate(self, exc: Exception) -> Exception | None:
-        """The Foundry error for a driver error (``None``: not a driver error)."""
-        raise NotImplementedError
-
-    def _placeholder(self, sql: str) -> str:
-        return sql
-
-    def _sql(self, sql: str) -> str:
-        out = self._sql_cache.get(sql)
-        if out is None:
-            out = self._sql_cache[sql] = self._placeholder(
-                sql.replace("{wf}", self.wf).replace("{en}", self.entries).replace("{sg}", self.sigs)
-            )
-        return out
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -791,9 +775,6 @@ class SqlJournal:
 
     def close(self) -> None:
         raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url}>"
 
 
 def parse_url(url: str) -> tuple[SplitResult, dict[str, list[str]], str, int]:

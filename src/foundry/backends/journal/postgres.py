@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import zlib
 from typing import Any, ClassVar
-from urllib.parse import urlencode, urlunsplit
 
-from foundry.backends.journal._pool import Pool
+from foundry.backends._sql_common import Postgres
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.errors import ConfigError
 
 __all__ = ["PostgresJournal"]
 
@@ -51,6 +50,7 @@ class PostgresJournal(SqlJournal):
         "without_rowid": "",
     }
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    placeholder: ClassVar[str] = "%s"
     # The row lock holds off a concurrent claim until the record (and a transactional
     # step's own writes) commit.
     fence_sql: ClassVar[str] = (
@@ -71,28 +71,9 @@ class PostgresJournal(SqlJournal):
         if not self.schema.replace("_", "").isalnum():
             raise ConfigError(f"journal URL {url!r}: schema={self.schema!r} must be letters, digits and _")
         rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
-        rest.setdefault("connect_timeout", "10")
-        self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-        self._pool = Pool(
-            self._open,
-            lambda conn: conn.close(),
-            size=size,
-            timeout=60.0,
-            broken=lambda conn: bool(conn.closed or conn.broken),
-            what=f"journal {url}",
-        )
+        self._pg = Postgres(psycopg, f"journal {url}", parts, rest, self.schema)
+        self._pool = self._pg.pool(size)
         self._create_schema()
-
-    def _open(self) -> Any:
-        try:
-            return self._psycopg.connect(
-                self._conninfo, autocommit=True, options=f"-c search_path={self.schema}"
-            )
-        except self._psycopg.Error as exc:
-            raise BackendUnavailableError(
-                f"journal {self.url}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the "
-                "URL's host, port, user and database"
-            ) from exc
 
     def _prepare_schema(self, c: Cursor) -> None:
         # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise the migration.
@@ -101,19 +82,8 @@ class PostgresJournal(SqlJournal):
         )
         c.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
-    def _placeholder(self, sql: str) -> str:
-        return sql.replace("?", "%s")
-
     def _translate(self, exc: Exception) -> Exception | None:
-        psycopg = self._psycopg
-        if isinstance(exc, psycopg.OperationalError):
-            return BackendUnavailableError(
-                f"journal {self.url}: PostgreSQL is unreachable ({exc}). Fix: usually transient "
-                "(a restart); callers retry"
-            )
-        if isinstance(exc, psycopg.Error):
-            return BackendError(f"journal {self.url}: PostgreSQL failed ({type(exc).__name__}: {exc})")
-        return None
+        return self._pg.translate(exc)
 
     def _in_transaction(self, conn: Any) -> bool:
         return bool(conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS)

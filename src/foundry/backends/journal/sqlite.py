@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from pathlib import Path
 from typing import Any, ClassVar
 
-from foundry.backends.journal._pool import Pool
+from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.errors import BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteJournal"]
 
@@ -55,29 +54,14 @@ class SqliteJournal(SqlJournal):
             self._target = f"file:foundry-journal-{uuid.uuid4().hex}?mode=memory&cache=shared"
             self._uri = True
         else:
-            raw = url.split("?", 1)[0][len("sqlite://") :]
-            path = raw[1:] if raw.startswith("/") else raw
-            if not path:
-                raise ConfigError(
-                    f"journal URL {url!r} names no file. Fix: sqlite:///journal.db (relative) "
-                    "or sqlite:////var/lib/app/journal.db (absolute)"
-                )
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._target, self._uri = path, False
+            self._target, self._uri = sqlite_file(url, "journal"), False
         self._synchronous = query.get("synchronous", ["full"])[-1].upper()
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise ConfigError(
                 f"journal URL {url!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
                 "setting. Fix: use synchronous=full (default) or synchronous=normal"
             )
-        self._pool = Pool(
-            self._open,
-            lambda conn: conn.close(),
-            size=size,
-            timeout=60.0,
-            broken=lambda conn: False,
-            what=f"journal {url}",
-        )
+        self._pool = make_pool(self._open, size=size, what=f"journal {url}")
         if self._uri:
             self._anchor = self._open()  # an in-memory database lives while one connection does
         self._create_schema()
@@ -103,14 +87,13 @@ class SqliteJournal(SqlJournal):
         return conn
 
     def _translate(self, exc: Exception) -> Exception | None:
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            return BackendUnavailableError(
-                f"journal {self.url}: the database stayed locked ({exc}). Fix: a long transactional "
-                "step or another process holds the write lock; keep transactional steps short"
-            )
-        if isinstance(exc, sqlite3.Error):
-            return BackendError(f"journal {self.url}: SQLite failed ({type(exc).__name__}: {exc})")
-        return None
+        return sqlite_error(
+            exc,
+            f"journal {self.url}",
+            busy=False,
+            fix="a long transactional step or another process holds the write lock; keep transactional "
+            "steps short",
+        )
 
     def _in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)

@@ -2,8 +2,9 @@
 connections, the DDL, the way a write transaction runs, the error mapping and the
 wake-up mechanism.
 
-Statements are written with qmark placeholders (``?``) and ``{jobs}`` for the table;
-an engine with another paramstyle rewrites them once. One row per job holds its whole
+Statements are written with qmark placeholders (``?``), ``{jobs}`` for the table and
+``{skip}`` for the engine's row-lock clause; an engine with another paramstyle gets
+them rewritten once (:class:`~foundry.backends._sql_common.SqlEngine`). One row per job holds its whole
 life: ``status`` moves queued → running → succeeded | failed | dead | cancelled, the
 lease is ``(token, lease_until)`` on the row, and every write that belongs to a
 delivery checks the token in the same statement (the fence).
@@ -21,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from foundry.backends._sql_common import SqlEngine
 from foundry.backends.queue.base import (
     Capabilities,
     Claimed,
@@ -50,6 +52,12 @@ INSERT_COLS = (
     "max_retries, max_deliveries, timeout, result_ttl, enqueued_at"
 )
 _MARKS = ", ".join("?" * len(INSERT_COLS.split(",")))
+# A completion: kept from a stale delivery too (the work is done), but never over a final state.
+_SUCCEED = (
+    "UPDATE {jobs} SET status = 'succeeded', result = ?, error = NULL, token = NULL, "
+    "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
+    "WHERE id = ? AND status IN ('queued', 'running')"
+)
 RECHECK = 1.0  # longest a waiter sleeps without re-reading the store (a lost wake-up costs this)
 
 
@@ -192,17 +200,16 @@ def queue_topic(queue: str) -> str:
     return "queue:" + queue
 
 
-class SqlQueue:
+class SqlQueue(SqlEngine):
     """Shared implementation of :class:`~foundry.backends.queue.base.QueueBackend`."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     skip_locked: ClassVar[str] = ""
 
     def __init__(self, url: str, *, prefix: str) -> None:
-        self.url = url
         self.table = f"{prefix}jobs"
+        super().__init__(url, {"{jobs}": self.table, "{skip}": self.skip_locked})
         self.signals = Signals()
-        self._sql_cache: dict[str, str] = {}
         self._busy: set[str] = set()  # queues whose last claim came back full
         self._closed = False
 
@@ -223,21 +230,7 @@ class SqlQueue:
         """Held while a caller waits: keeps the cross-process wake-up source running."""
         raise NotImplementedError
 
-    def _translate(self, exc: Exception) -> Exception | None:
-        raise NotImplementedError
-
-    def _placeholder(self, sql: str) -> str:
-        return sql
-
     # -- plumbing ----------------------------------------------------------------
-
-    def _sql(self, sql: str) -> str:
-        out = self._sql_cache.get(sql)
-        if out is None:
-            out = self._sql_cache[sql] = self._placeholder(
-                sql.replace("{jobs}", self.table).replace("{skip}", self.skip_locked)
-            )
-        return out
 
     def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(self._sql(sql), params).fetchone()
@@ -449,16 +442,7 @@ class SqlQueue:
     def complete(self, job_id: str, token: str, result: bytes) -> bool:
         now = self._now()
         return self._commit(
-            lambda conn: (
-                self._run(
-                    conn,
-                    "UPDATE {jobs} SET status = 'succeeded', result = ?, error = NULL, token = NULL, "
-                    "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
-                    "WHERE id = ? AND status IN ('queued', 'running')",
-                    (bytes(result), now, now, job_id),
-                )
-                > 0
-            ),
+            lambda conn: self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0,
             lambda ok: (job_topic(job_id),) if ok else (),
         )
 
@@ -468,14 +452,7 @@ class SqlQueue:
 
         def body(conn: Any) -> list[bool]:
             return [
-                self._run(
-                    conn,
-                    "UPDATE {jobs} SET status = 'succeeded', result = ?, error = NULL, token = NULL, "
-                    "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
-                    "WHERE id = ? AND status IN ('queued', 'running')",
-                    (bytes(result), now, now, job_id),
-                )
-                > 0
+                self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0
                 for job_id, _token, result in items
             ]
 
@@ -661,6 +638,3 @@ class SqlQueue:
             ),
             lambda _: (),
         )
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url}>"

@@ -27,9 +27,8 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlencode, urlunsplit
 
-from foundry.backends.journal._pool import Pool
+from foundry.backends._sql_common import Postgres
 from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
@@ -86,6 +85,7 @@ class PostgresQueue(SqlQueue):
         notify=True, priority=True, cross_process_results=True
     )
     skip_locked: ClassVar[str] = " FOR UPDATE SKIP LOCKED"
+    placeholder: ClassVar[str] = "%s"
 
     def __init__(self, url: str) -> None:
         try:
@@ -104,18 +104,9 @@ class PostgresQueue(SqlQueue):
                 "?schema=myapp"
             )
         rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
-        rest.setdefault("connect_timeout", "10")
-        self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+        self._pg = Postgres(psycopg, f"queue {url}", parts, rest, self.schema)
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
-        size = int(positive(url, query, "pool", 16))
-        self._pool: Pool[Any] = Pool(
-            self._open,
-            lambda conn: conn.close(),
-            size=size,
-            timeout=60.0,
-            broken=lambda conn: bool(conn.closed or conn.broken),
-            what=f"queue {url}",
-        )
+        self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
         self._listener: threading.Thread | None = None
         self._listen_conn: Any = None
         self._listen_lock = threading.Lock()
@@ -127,17 +118,6 @@ class PostgresQueue(SqlQueue):
             raise
 
     # -- connections -----------------------------------------------------------------
-
-    def _open(self) -> Any:
-        try:
-            return self._psycopg.connect(
-                self._conninfo, autocommit=True, options=f"-c search_path={self.schema}"
-            )
-        except self._psycopg.Error as exc:
-            raise BackendUnavailableError(
-                f"queue {self.url}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the URL's "
-                "host, port, user and database"
-            ) from exc
 
     def _create_schema(self) -> None:
         ddl = _DDL.replace("{jobs}", self.table)
@@ -191,19 +171,8 @@ class PostgresQueue(SqlQueue):
                 return value
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _placeholder(self, sql: str) -> str:
-        return sql.replace("?", "%s")
-
     def _translate(self, exc: Exception) -> Exception | None:
-        psycopg = self._psycopg
-        if isinstance(exc, psycopg.OperationalError):
-            return BackendUnavailableError(
-                f"queue {self.url}: PostgreSQL is unreachable ({exc}). Fix: usually transient (a restart); "
-                "callers retry"
-            )
-        if isinstance(exc, psycopg.Error):
-            return BackendError(f"queue {self.url}: PostgreSQL failed ({type(exc).__name__}: {exc})")
-        return None
+        return self._pg.translate(exc)
 
     # -- batched enqueue ---------------------------------------------------------------
 
@@ -247,7 +216,7 @@ class PostgresQueue(SqlQueue):
         pause = 0.1
         while not self._stop.is_set():
             try:
-                conn = self._psycopg.connect(self._conninfo, autocommit=True)
+                conn = self._psycopg.connect(self._pg.conninfo, autocommit=True)
             except self._psycopg.Error as exc:
                 log.warning("queue %s: listener cannot connect (%s); retrying in %.1fs", self.url, exc, pause)
                 self._stop.wait(pause)

@@ -42,10 +42,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends.journal._pool import Pool
+from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
 from foundry.backends.queue._doorbell import Doorbell, supported
 from foundry.backends.queue._sql import Signals, SqlQueue, parse_url, positive
 from foundry.backends.queue.base import Capabilities
@@ -362,14 +361,7 @@ class SqliteQueue(SqlQueue):
             fd, path = tempfile.mkstemp(prefix="foundry-queue-", suffix=".db")
             os.close(fd)
         else:
-            raw = url.split("?", 1)[0][len("sqlite://") :]
-            path = raw[1:] if raw.startswith("/") else raw
-            if not path:
-                raise ConfigError(
-                    f"queue URL {url!r} names no file. Fix: sqlite:///queue.db (relative) or "
-                    "sqlite:////var/lib/app/queue.db (absolute)"
-                )
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            path = sqlite_file(url, "queue")
         self.path = os.path.realpath(path)
         synchronous = query.get("synchronous", "normal").upper()
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
@@ -382,14 +374,7 @@ class SqliteQueue(SqlQueue):
         size = int(positive(url, query, "pool", 8))
         self._file = _acquire(self.path, synchronous, busy, poll)
         self.signals = self._file.signals
-        self._pool: Pool[sqlite3.Connection] = Pool(
-            lambda: self._file.connect(timeout=busy),
-            lambda conn: conn.close(),
-            size=size,
-            timeout=60.0,
-            broken=lambda conn: False,
-            what=f"queue {url}",
-        )
+        self._pool = make_pool(lambda: self._file.connect(timeout=busy), size=size, what=f"queue {url}")
         try:
             ddl = _DDL.replace("{jobs}", self.table)
             with self._errors():
@@ -410,14 +395,13 @@ class SqliteQueue(SqlQueue):
         return self._file.watching()
 
     def _translate(self, exc: Exception) -> Exception | None:
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
-            return BackendUnavailableError(
-                f"queue {self.url}: the database stayed locked ({exc}). Fix: another process holds the "
-                "write lock for long; raise ?busy_timeout= or find the long transaction"
-            )
-        if isinstance(exc, sqlite3.Error):
-            return BackendError(f"queue {self.url}: SQLite failed ({type(exc).__name__}: {exc})")
-        return None
+        return sqlite_error(
+            exc,
+            f"queue {self.url}",
+            busy=True,
+            fix="another process holds the write lock for long; raise ?busy_timeout= or find the long "
+            "transaction",
+        )
 
     def close(self) -> None:
         if self._closed:

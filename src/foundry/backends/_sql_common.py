@@ -1,0 +1,137 @@
+"""Plumbing shared by the SQL engines of the queue (``queue/_sql.py``, ``sqlite.py``,
+``postgres.py``) and of the workflow journal (``journal/_sql.py``, ``sqlite.py``,
+``postgres.py``): statement text rewritten once per statement, the bounded connection
+pool they build, driver errors mapped to Foundry's, the SQLite file a URL names, and
+PostgreSQL connections (psycopg 3). Nothing here knows jobs or workflows, and nothing
+here imports a database driver: the engines hand theirs in.
+
+``what`` in the messages below names the backend and its URL (``"queue sqlite:///q.db"``,
+``"journal postgresql://…"``), so every message says which store it is about.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import SplitResult, urlencode, urlunsplit
+
+from foundry.backends.journal._pool import Pool
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+
+C = TypeVar("C")
+
+
+class SqlEngine:
+    """Statement text for one engine. Statements are written with qmark placeholders
+    (``?``) and ``{name}`` templates; :meth:`_sql` fills the names, rewrites the
+    placeholders to the engine's ``placeholder`` and caches the result."""
+
+    placeholder: ClassVar[str] = "?"  # what ``?`` becomes for this engine's driver
+
+    def __init__(self, url: str, names: Mapping[str, str]) -> None:
+        self.url = url
+        self._names = dict(names)
+        self._sql_cache: dict[str, str] = {}
+
+    def _translate(self, exc: Exception) -> Exception | None:
+        """The Foundry error for a driver error (``None``: not a driver error)."""
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        out = self._sql_cache.get(sql)
+        if out is None:
+            text = sql
+            for name, value in self._names.items():
+                text = text.replace(name, value)
+            if self.placeholder != "?":
+                text = text.replace("?", self.placeholder)
+            out = self._sql_cache[sql] = text
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+
+def _close(conn: Any) -> None:
+    conn.close()
+
+
+def make_pool(
+    connect: Callable[[], C], *, size: int, what: str, broken: Callable[[C], bool] = lambda conn: False
+) -> Pool[C]:
+    """A pool of ``size`` DB-API connections (closed with ``close()``); a caller waits at
+    most 60 s for one."""
+    return Pool(connect, _close, size=size, timeout=60.0, broken=broken, what=what)
+
+
+def sqlite_error(exc: Exception, what: str, *, busy: bool, fix: str) -> Exception | None:
+    """The Foundry error for a :mod:`sqlite3` error: a lock held too long (and, with
+    ``busy``, a busy database) is transient, told with ``fix``; anything else is a
+    :class:`BackendError`. ``None`` for an exception that is not SQLite's."""
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or (busy and "busy" in str(exc))):
+        return BackendUnavailableError(f"{what}: the database stayed locked ({exc}). Fix: {fix}")
+    if isinstance(exc, sqlite3.Error):
+        return BackendError(f"{what}: SQLite failed ({type(exc).__name__}: {exc})")
+    return None
+
+
+def sqlite_file(url: str, kind: str) -> str:
+    """The file a ``sqlite:///`` URL names (relative, or absolute with four slashes);
+    its folder is created. ``kind`` is ``"queue"`` or ``"journal"``."""
+    raw = url.split("?", 1)[0][len("sqlite://") :]
+    path = raw[1:] if raw.startswith("/") else raw
+    if not path:
+        raise ConfigError(
+            f"{kind} URL {url!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
+            f"sqlite:////var/lib/app/{kind}.db (absolute)"
+        )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Postgres:
+    """psycopg 3 connections to one database, in one schema: the libpq connection
+    string (the URL without Foundry's own options, ``connect_timeout=10`` unless
+    given), connecting, the error mapping and the pool."""
+
+    def __init__(
+        self, psycopg: Any, what: str, parts: SplitResult, options: Mapping[str, str], schema: str
+    ) -> None:
+        self.psycopg = psycopg
+        self.what = what
+        self.schema = schema
+        libpq = dict(options)
+        libpq.setdefault("connect_timeout", "10")
+        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+
+    def connect(self) -> Any:
+        """An autocommit connection whose ``search_path`` is the schema."""
+        try:
+            return self.psycopg.connect(
+                self.conninfo, autocommit=True, options=f"-c search_path={self.schema}"
+            )
+        except self.psycopg.Error as exc:
+            raise BackendUnavailableError(
+                f"{self.what}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the URL's "
+                "host, port, user and database"
+            ) from exc
+
+    def pool(self, size: int) -> Pool[Any]:
+        """``size`` connections from :meth:`connect`; one the server dropped is thrown away."""
+        return make_pool(
+            self.connect, size=size, what=self.what, broken=lambda conn: bool(conn.closed or conn.broken)
+        )
+
+    def translate(self, exc: Exception) -> Exception | None:
+        """The Foundry error for a psycopg error (``None``: not one)."""
+        psycopg = self.psycopg
+        if isinstance(exc, psycopg.OperationalError):
+            return BackendUnavailableError(
+                f"{self.what}: PostgreSQL is unreachable ({exc}). Fix: usually transient (a restart); "
+                "callers retry"
+            )
+        if isinstance(exc, psycopg.Error):
+            return BackendError(f"{self.what}: PostgreSQL failed ({type(exc).__name__}: {exc})")
+        return None
