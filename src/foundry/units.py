@@ -144,8 +144,9 @@ class WorkUnit:
         Each item is the unit's one argument, as in :meth:`map`; with ``star=True`` each
         item is a tuple of positional arguments. On a durable queue the jobs go in
         chunks of 500 per transaction (and per batch of broker messages), so a bulk load
-        pays the store's round trip once per chunk rather than once per job; a failure
-        raises after the earlier chunks are in. Other models submit one by one.
+        pays the store's round trip once per chunk rather than once per job; a bad item
+        raises with the earlier chunks in and none of its own. Other models submit one
+        by one (those before a bad item are in).
         """
         return _submit_many(self, items, star, _DEFAULT_OPTIONS)
 
@@ -238,7 +239,8 @@ def _submit_many(unit: WorkUnit, items: Iterable[Any], star: bool, opts: SubmitO
             return tuple(item)
         raise SubmitError(
             f"unit {unit.name!r}: submit_many(star=True) item {i} is a {type(item).__name__}, not a tuple "
-            "of arguments; the items before it were submitted. Fix: pass (arg1, arg2, ...) per item"
+            "of arguments; nothing of its chunk was submitted (on a durable queue the earlier chunks of 500 "
+            "were). Fix: pass (arg1, arg2, ...) per item"
         )
 
     calls: Iterator[tuple[tuple[Any, ...], dict[str, Any]]] = (

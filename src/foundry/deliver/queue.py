@@ -303,13 +303,16 @@ class QueueRunner:
     ) -> list[Handle]:
         """Enqueue many calls, ``_MANY`` per transaction (and per batch of broker
         messages): what a loop of :meth:`submit` pays per job, this pays per chunk. Each
-        chunk is all-or-nothing; a failure raises after the earlier chunks are in."""
+        chunk is all-or-nothing: a bad item raises with the earlier chunks in and none of
+        its own chunk. With ``max_pending`` the chunk is no larger than the bound, so the
+        queue holds at most twice the bound."""
         name = self.spec.name
+        size = min(_MANY, self.spec.traits.max_pending or _MANY)
         handles: list[Handle] = []
         chunk: list[NewJob] = []
         for args, kwargs in calls:
             chunk.append(self._new_job(args, kwargs, options))
-            if len(chunk) == _MANY:
+            if len(chunk) == size:
                 handles.extend(self._enqueue_chunk(chunk, name))
                 chunk = []
         if chunk:
