@@ -4,6 +4,7 @@ and the raw clients as the ceiling.
     python bench/queues.py                      # everything (a few minutes)
     python bench/queues.py --quick              # seconds: Foundry SQLite vs huey+SQLite (the smoke run)
     python bench/queues.py --n 2000 --only foundry-redis huey-redis raw-redis
+    python bench/queues.py --rounds 5           # more rounds: steadier medians on a noisy machine
 
 For each system: its documented worker runs in a subprocess started and stopped here
 (one worker process × 8 threads: ``foundry worker -c 8``, ``celery worker --pool threads
@@ -22,6 +23,15 @@ The raw clients move one message at a time with no framework: redis-py ``LPUSH``
 ack per message. Redis runs in database 13 (flushed before and after each system);
 RabbitMQ systems share a private vhost created and deleted by the run. Every system gets
 the same warm-up job first.
+
+**Rounds and medians.** On a shared 2-core machine the same system's rate moves by ±40 %
+from one minute to the next (other tenants, caches, frequency), so one run of each system
+compares moments, not systems. The run repeats every system ``--rounds`` times (3),
+forward in odd rounds and backward in even ones so that a drift in the machine's speed
+falls on both sides, and reports per system the median of its rounds. The ratios are
+*paired*: within each round Foundry's rate is divided by the peer's (or raw client's)
+rate of that same round, and the table shows the median of those ratios with their
+range.
 """
 
 from __future__ import annotations
@@ -392,14 +402,42 @@ def measure(system: str, args: argparse.Namespace, vhost: str) -> dict[str, Any]
     return result
 
 
-def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's rounds folded into one row: the median of each figure (a failed round
+    is dropped; a system that failed every round keeps the last error)."""
+    ok = [r for r in runs if "rate" in r]
+    if not ok:
+        return runs[-1]
+    row: dict[str, Any] = {"system": ok[0]["system"], "rounds": len(ok), "of": len(runs)}
+    for field in ("rate", "submit_rate", "p50", "p99"):
+        row[field] = statistics.median(r[field] for r in ok)
+    row["cpu_us"] = [statistics.median(r["cpu_us"][i] for r in ok) for i in range(3)]
+    row["rates"] = [r.get("rate") for r in runs]
+    return row
+
+
+def paired(mine: dict[str, Any], other: dict[str, Any], unit: str = "") -> str:
+    """Median (and range) over the rounds of ``mine``'s rate ÷ ``other``'s in the same round."""
+    ratios = [a / b for a, b in zip(mine["rates"], other["rates"], strict=True) if a and b]
+    if not ratios:
+        return ""
+    med = statistics.median(ratios)
+    if len(ratios) == 1:
+        return f"{med:.2f}{unit}"
+    return f"{med:.2f}{unit} ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
+def table(rounds: list[list[dict[str, Any]]], args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    systems = [r["system"] for r in rounds[0]]
+    results = [median_of([rnd[i] for rnd in rounds]) for i in range(len(systems))]
     by = {r["system"]: r for r in results}
     t = Table(
         title=f"{args.n:,} no-op jobs (RQ: {min(args.n, args.rq_n):,}); latency: {args.m} jobs "
-        f"{args.gap * 1000:g} ms apart to an idle worker"
+        f"{args.gap * 1000:g} ms apart to an idle worker; median of {len(rounds)} round(s), "
+        "ratios paired per round (range)"
     )
     for col in (
         "broker",
@@ -424,10 +462,12 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 t.add_row(broker, label, "failed", "", "", "", "", r["error"][:60])
                 continue
             mine = r["system"].startswith("foundry")
-            vs = f"{r['rate'] / best['rate']:.2f}×" if mine and best else ""
+            vs = paired(r, best, "×") if mine and best else ""
             if best is r:
                 label += " (best peer)"
-            x_raw = f"{r['rate'] / raw['rate']:.2f}" if mine and raw and "rate" in raw else ""
+            x_raw = paired(r, raw) if mine and raw and "rate" in raw else ""
+            if r["rounds"] < r["of"]:
+                label += f" [{r['of'] - r['rounds']} round(s) failed]"
             t.add_row(
                 broker,
                 label,
@@ -449,7 +489,8 @@ def main() -> None:
     p.add_argument("--gap", type=float, default=0.01, help="seconds between latency submissions (0.01)")
     p.add_argument("--rq-n", type=int, default=1000, help="jobs in RQ's throughput run (it forks per job)")
     p.add_argument("--only", nargs="+", choices=sorted(SYSTEMS), help="run only these systems")
-    p.add_argument("--quick", action="store_true", help="200 jobs, Foundry SQLite vs huey+SQLite")
+    p.add_argument("--rounds", type=int, default=3, help="times each system runs; medians are shown (3)")
+    p.add_argument("--quick", action="store_true", help="200 jobs, Foundry SQLite vs huey+SQLite, one round")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--vhost", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -459,7 +500,9 @@ def main() -> None:
     systems = list(args.only or SYSTEMS)
     if args.quick:
         systems = list(args.only or QUICK)
-        args.n, args.m = min(args.n, 200), min(args.m, 20)
+        args.n, args.m, args.rounds = min(args.n, 200), min(args.m, 20), 1
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     vhost = ""
     if any(SYSTEMS[s][0] == "rabbitmq" for s in systems):
         vhost = f"qbench-{uuid.uuid4().hex[:8]}"
@@ -467,17 +510,20 @@ def main() -> None:
         rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    results = []
+    rounds: list[list[dict[str, Any]]] = []
     try:
-        for system in systems:
-            results.append(measure(system, args, vhost))
-            r = results[-1]
-            done = f"{r['rate']:,.0f} jobs/s" if "rate" in r else r["error"]
-            print(f"  {system}: {done}", file=sys.stderr, flush=True)
+        for k in range(args.rounds):
+            order = systems if k % 2 == 0 else systems[::-1]
+            got = {}
+            for system in order:
+                r = got[system] = measure(system, args, vhost)
+                done = f"{r['rate']:,.0f} jobs/s" if "rate" in r else r["error"]
+                print(f"  round {k + 1}/{args.rounds} {system}: {done}", file=sys.stderr, flush=True)
+            rounds.append([got[s] for s in systems])
     finally:
         if vhost:
             rabbitmqctl("delete_vhost", vhost)
-    table(results, args)
+    table(rounds, args)
 
 
 if __name__ == "__main__":
