@@ -74,7 +74,6 @@ from foundry.backends.queue.base import (
     JobStatus,
     NewJob,
     QueueStats,
-    check_new_job,
 )
 from foundry.backends.queue.redis import check_claim, safe_url
 from foundry.errors import ConfigError
@@ -197,16 +196,15 @@ class AmqpQueue:
 
     # -- enqueue -----------------------------------------------------------------------
 
+    # The state store's enqueue runs ``check_new_job`` before it writes anything, and
+    # nothing is published before it returns: bad input never reaches the broker.
     def enqueue(self, job: NewJob) -> Enqueued:
-        check_new_job(job)
         done = self.state.enqueue(job)
         if done.created:
             self._announce(job.queue, job.id, job.priority, job.eta)
         return done
 
     def enqueue_many(self, jobs: list[NewJob]) -> list[Enqueued]:
-        for job in jobs:
-            check_new_job(job)
         done = self.state.enqueue_many(jobs)
         for job, result in zip(jobs, done, strict=True):
             if result.created:
