@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends.queue import open_queue_backend
-from foundry.backends.queue._doorbell import Doorbell, supported
 from foundry.backends.queue.base import NewJob
 from foundry.backends.queue.sqlite import SqliteQueue
 
@@ -37,7 +37,7 @@ def test_a_ring_reaches_a_listener_in_another_process(tmp_path: Path) -> None:
     sock = listener.listen()
     assert sock is not None
     assert len(os.listdir(db + "-wake")) == 1
-    code = f"from foundry.backends.queue._doorbell import Doorbell; Doorbell({db!r}).ring()"
+    code = f"from foundry.backends._doorbell import Doorbell; Doorbell({db!r}).ring()"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert select.select([sock], [], [], 10)[0], "no ring arrived"
     listener.drain()
@@ -49,7 +49,7 @@ def test_a_ring_reaches_a_listener_in_another_process(tmp_path: Path) -> None:
 def test_a_dead_listeners_marker_is_removed_by_the_next_ring(tmp_path: Path) -> None:
     db = str(tmp_path / "q.db")
     code = (
-        "import time; from foundry.backends.queue._doorbell import Doorbell; "
+        "import time; from foundry.backends._doorbell import Doorbell; "
         f"assert Doorbell({db!r}).listen() is not None; print('up', flush=True); time.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)

@@ -24,7 +24,7 @@ directly (a condition variable). Across processes, one thread per process watche
 ``PRAGMA data_version`` on the writer connection — it changes only when *another*
 process committed — while somebody waits (it stops when nobody does). On Linux a
 commit that changed something also *rings* the other waiting processes
-(:mod:`foundry.backends.queue._doorbell`: a datagram to each one's abstract-namespace
+(:mod:`foundry.backends._doorbell`: a datagram to each one's abstract-namespace
 socket, listed by marker files in ``<file>-wake/``), so a hand-off between processes
 takes a fraction of a millisecond; the poll (0.5 ms after activity, backing off to
 ``poll`` when idle) stays as the safety net and is all there is elsewhere. So
@@ -44,8 +44,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
+from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
-from foundry.backends.queue._doorbell import Doorbell, supported
 from foundry.backends.queue._sql import Signals, SqlQueue, parse_url, positive
 from foundry.backends.queue.base import Capabilities
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
