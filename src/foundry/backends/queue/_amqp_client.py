@@ -3,13 +3,15 @@ thread (aiormq, the AMQP core of aio-pika), used from ordinary threads.
 
 * **Publishing** never waits on the network: a message goes into an outbox that one
   task drains onto a channel in publisher-confirm mode — woken once per batch, not per
-  message; due jobs of one queue and priority in a batch share a message (``_pack``);
-  the batch is framed here and written in one socket write (``_publish_framed``), at
-  most ``_WINDOW`` messages unconfirmed. A message leaves the outbox's accounting only
-  when the broker confirmed it; a nack or a dropped connection puts it back and it is
-  sent again (duplicates are harmless: the state store decides). The outbox is
-  bounded: a publisher blocks when it is full and gives up with
-  :class:`~foundry.errors.BackendUnavailableError` after ``reconnect`` seconds.
+  message, and while earlier messages await confirmation it lets up to 4 ms of
+  publishes gather into one batch (``_GATHER``); due jobs of one queue and priority in
+  a batch share a message (``_pack``); the batch is framed here and written in one
+  socket write (``_publish_framed``), at most ``_WINDOW`` messages unconfirmed. A
+  message leaves the outbox's accounting only when the broker confirmed it; a nack or
+  a dropped connection puts it back and it is sent again (duplicates are harmless: the
+  state store decides). The outbox is bounded: a publisher blocks when it is full and
+  gives up with :class:`~foundry.errors.BackendUnavailableError` after ``reconnect``
+  seconds.
 * **Consuming** is push: one channel per queue with ``basic.qos(prefetch)`` and
   ``basic.consume``; deliveries land in a buffer that ``take`` hands to the claimer.
   A consumer nobody has used for ``linger`` seconds closes its channel, which returns
@@ -49,7 +51,12 @@ MAX_PENDING = 50_000  # messages published but not yet confirmed, per process
 # Unconfirmed publishes in flight at once: aiormq walks every pending confirmation on each
 # "multiple" ack the broker sends, so an unbounded window costs O(n²).
 _WINDOW = 512
-_GATHER = 0.001  # seconds a busy publisher waits to batch messages into one write
+# Seconds a busy publisher (earlier messages still unconfirmed) waits for company before
+# a write, unless a full pack is already there: at a few thousand submits/s this makes
+# batches of ~_PACK jobs, which share messages — half the broker's CPU per job and a
+# third of this thread's (bench/queues.py) — for at most this much publish delay under
+# load. An idle client (nothing unconfirmed) sends at once.
+_GATHER = 0.004
 _PACK = 16  # most jobs carried by one message
 
 Outgoing = tuple[str, bytes, int, int]  # (queue, body, broker priority, jobs in the body)
@@ -439,9 +446,9 @@ class AmqpClient:
                     await self._kick.wait()
             self._kick.clear()
             self._kicked = True
-            if self._inflight:
+            if self._inflight and len(self._outbox) < _PACK:
                 # a stream of publishes: let a few more join this batch (one socket
-                # write for all of them); an idle client sends at once
+                # write, and shared messages, for all of them); see _GATHER
                 await asyncio.sleep(_GATHER)
             while self._outbox and not self.stopped.is_set():
                 ch = self._pub
