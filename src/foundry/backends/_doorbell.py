@@ -11,6 +11,11 @@ refuses the datagram) and its marker is removed. A full socket buffer means the
 listener has wake-ups pending anyway, so the ring is dropped. The bell only makes a
 waiter look *sooner*: the caller still polls the database (``PRAGMA data_version``) as
 the source of truth, and on other systems it is all there is.
+
+:class:`Wakeups` is what a backend with waiters uses: one counter and condition per
+process and file, bumped by this process's own commits (at once) and by the other
+processes' rings (through a listener thread that runs while somebody waits). The queue
+keeps its own watcher, which also looks at ``PRAGMA data_version``.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ import contextlib
 import hashlib
 import os
 import secrets
+import select
 import socket
 import sys
+import threading
+import time
 
-__all__ = ["Doorbell", "supported"]
+__all__ = ["Doorbell", "Wakeups", "supported"]
 
 
 def supported() -> bool:
@@ -137,3 +145,114 @@ class Doorbell:
             for marker in os.listdir(self.dir):
                 os.unlink(os.path.join(self.dir, marker))
             os.rmdir(self.dir)
+
+
+class Wakeups:
+    """The waiters of one process on one database file, and the commits that wake them.
+
+    A waiter takes a :meth:`mark` *before* it looks at the database, then calls
+    :meth:`wait` with it: the wait returns at once if anything rang since the mark, so a
+    commit between the look and the wait is never slept through. :meth:`ring` after a
+    commit that a waiter may be waiting for wakes this process's waiters directly and
+    rings the other processes (when :attr:`cross_process`). The first mark starts
+    listening — the socket is bound before the mark returns — and a thread turns rings
+    into wake-ups; it stops after ``idle`` seconds without a waiter. Without the doorbell
+    (other systems, or no socket to bind) only this process's commits wake a waiter and
+    the caller's poll finds the rest.
+    """
+
+    def __init__(self, path: str | None, *, idle: float = 2.0) -> None:
+        self._bell = Doorbell(path) if path is not None and supported() else None
+        self._idle = idle
+        self._cond = threading.Condition()
+        self._bell_lock = threading.Lock()  # the Doorbell itself is not thread-safe
+        self._count = 0
+        self._waiting = 0
+        self._last_use = 0.0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def cross_process(self) -> bool:
+        """Whether another process's commit wakes a waiter here at once (else only the
+        caller's poll finds it)."""
+        return self._bell is not None and not self._closed
+
+    def mark(self) -> int:
+        """The wake-up count now; start listening to other processes if not yet."""
+        with self._cond:
+            self._last_use = time.monotonic()
+            if self._bell is not None and self._thread is None and not self._closed:
+                with self._bell_lock:
+                    sock = self._bell.listen()
+                if sock is None:
+                    self._bell = None  # nothing to bind here: the caller's poll is all there is
+                else:
+                    self._thread = threading.Thread(
+                        target=self._listen, args=(self._bell, sock), name="foundry-wake-listen", daemon=True
+                    )
+                    self._thread.start()
+            return self._count
+
+    def wait(self, mark: int, timeout: float) -> bool:
+        """Wait until a wake-up after ``mark`` (``True``), ``timeout`` seconds (``False``)
+        or :meth:`close`."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(lambda: self._count != mark or self._closed, max(0.0, timeout))
+            finally:
+                self._waiting -= 1
+                self._last_use = time.monotonic()
+
+    def notify(self) -> None:
+        """Wake this process's waiters."""
+        with self._cond:
+            self._count += 1
+            self._cond.notify_all()
+
+    def ring(self) -> None:
+        """After a commit: wake this process's waiters and ring the other processes'."""
+        self.notify()
+        bell = self._bell
+        if bell is not None:
+            with self._bell_lock:
+                bell.ring()
+
+    def _listen(self, bell: Doorbell, sock: socket.socket) -> None:
+        while True:
+            try:
+                readable = select.select([sock], [], [], 0.5)[0]
+            except (OSError, ValueError):  # pragma: no cover - the socket closed under us
+                readable = []
+            if readable:
+                with self._bell_lock:
+                    bell.drain()
+                self.notify()
+            with self._cond:
+                idle = self._waiting == 0 and time.monotonic() - self._last_use > self._idle
+                if self._closed or idle:
+                    with self._bell_lock:
+                        bell.stop_listening()
+                    self._thread = None
+                    return
+
+    def close(self, *, remove: bool = False) -> None:
+        """Stop listening and wake every waiter; ``remove`` deletes the marker directory
+        (a temporary database going away)."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify_all()
+        bell = self._bell
+        if bell is None:
+            return
+        with self._bell_lock:
+            bell.nudge()  # the listener may sleep in select() for up to half a second
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
+        with self._bell_lock:
+            if remove:
+                bell.remove()
+            else:
+                bell.close()

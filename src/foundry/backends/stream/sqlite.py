@@ -1,9 +1,10 @@
 """The embedded event log: one SQLite file (WAL), shared by every process on the host.
 
-URL: ``sqlite:///relative/stream.db`` or ``sqlite:////absolute/stream.db``; query option
+URL: ``sqlite:///relative/stream.db`` or ``sqlite:////absolute/stream.db``; query options
 ``synchronous=normal|full`` (default ``normal``: an append survives a process crash;
-``full`` also survives power loss at the cost of an fsync per commit). ``memory://`` is
-a private temporary file, removed at close (tests, demos).
+``full`` also survives power loss at the cost of an fsync per commit) and ``poll=`` (the
+longest pause of a waiting reader between two looks at the file, see below). ``memory://``
+is a private temporary file, removed at close (tests, demos).
 
 Layout: events are rows keyed ``(stream, partition, offset)`` in one clustered b-tree
 (``WITHOUT ROWID``), so an append is one insert and a read is one range scan. A group
@@ -16,12 +17,23 @@ and time seeks can binary-search offsets.
 SQLite has one writer at a time. Reads that hand out events write too (the pending
 range), so many consumers of one file contend for that lock: a single host, a few
 thousand batches per second. For more, use NATS or Redis.
+
+**Wake-ups.** A reader waiting for events sleeps until a commit may have given it
+something: an append, a commit or dead letter that clears a pending window, a seek; or
+until the oldest pending range is due for redelivery. In one process that commit wakes it directly.
+Across processes, on Linux, the commit *rings* the waiting processes
+(:mod:`foundry.backends._doorbell`: a datagram to each one listening on the file, listed
+by marker files in ``<file>-wake/``), so a consumer in another process than the
+publisher sees an event at once; the reader still looks again every ``poll`` (default
+1 s) in case a ring was lost. Where the doorbell cannot work (other systems) the poll is
+all there is and defaults to 20 ms.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import sqlite3
 import tempfile
@@ -32,6 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from foundry.backends._doorbell import Wakeups
 from foundry.backends.stream._common import CheckedRead, event_letter, gap_letter
 from foundry.backends.stream.base import (
     Appended,
@@ -51,7 +64,8 @@ from foundry.backends.stream.base import (
     unknown_group,
     unknown_stream,
 )
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, DeclarationError
+from foundry.traits import parse_duration
 
 __all__ = ["SqliteStreamBackend"]
 
@@ -99,27 +113,46 @@ CREATE TABLE IF NOT EXISTS fs_leases (
 """
 
 _DEAD_COLUMNS = "stream, grp, part, off, id, key, payload, reason, deliveries, dead_at, error, last_off"
-_POLL = 0.02  # seconds between looks at the file when waiting for other processes' appends
+_POLL = 0.02  # seconds between looks at the file for other processes' writes, without the doorbell
+_SAFETY_POLL = 1.0  # the same with the doorbell: only a lost ring waits that long
 _MAX_VARS = 900  # bound parameters per IN (...) list
 
 
-def _parse(url: str) -> tuple[Path, str, bool]:
+def _parse_poll(url: str, raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        poll = parse_duration(raw, unit=f"stream URL {url!r}", field_name="poll")
+    except DeclarationError as exc:
+        poll = -1.0
+        cause: Exception | None = exc
+    else:
+        cause = None
+    if poll <= 0:
+        raise ConfigError(
+            f"stream URL {url!r}: poll={raw!r} is not a positive duration. Fix: e.g. poll=1s or poll=20ms"
+        ) from cause
+    return poll
+
+
+def _parse(url: str) -> tuple[Path, str, float | None, bool]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"synchronous"}
+    unknown = set(options) - {"synchronous", "poll"}
     if unknown:
         raise ConfigError(
             f"stream URL {url!r}: unknown option(s) {sorted(unknown)}. Fix: the sqlite stream "
-            "takes only ?synchronous=normal|full"
+            "takes only ?synchronous=normal|full and ?poll=<duration>"
         )
     sync = options.get("synchronous", "normal").lower()
     if sync not in ("normal", "full"):
         raise ConfigError(f"stream URL {url!r}: synchronous={sync!r}. Fix: use normal or full")
+    poll = _parse_poll(url, options.get("poll"))
     if scheme == "memory":
         fd, name = tempfile.mkstemp(prefix="foundry-stream-", suffix=".db")
         os.close(fd)
-        return Path(name), sync, True
+        return Path(name), sync, poll, True
     raw = url.split("://", 1)[1].split("?", 1)[0]
     path = raw[1:] if raw.startswith("/") else raw
     if not path:
@@ -127,7 +160,7 @@ def _parse(url: str) -> tuple[Path, str, bool]:
             f"stream URL {url!r} names no file. Fix: sqlite:///stream.db (relative) or "
             "sqlite:////var/lib/app/stream.db (absolute)"
         )
-    return Path(path), sync, False
+    return Path(path), sync, poll, False
 
 
 def _insert_dead(conn: sqlite3.Connection, letter: DeadLetter) -> None:
@@ -144,7 +177,7 @@ class SqliteStreamBackend(CheckedRead):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.path, self._sync, self._temporary = _parse(url)
+        self.path, self._sync, self._poll, self._temporary = _parse(url)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -155,7 +188,7 @@ class SqliteStreamBackend(CheckedRead):
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
-        self._changed = threading.Condition()
+        self._wake = Wakeups(str(self.path.resolve()))  # this process's commits, and the doorbell
         self._configs: dict[str, StreamConfig] = {}
         self._last_age_trim: dict[str, float] = {}
         self._closed = False
@@ -337,8 +370,7 @@ class SqliteStreamBackend(CheckedRead):
                 if config.max_events is not None or config.max_bytes is not None:
                     self._trim_size(conn, config, p, first, last, cum)
             self._maybe_trim_age(conn, config, now)
-        with self._changed:
-            self._changed.notify_all()
+        self._wake.ring()
         return results
 
     def _known_ids(
@@ -523,6 +555,7 @@ class SqliteStreamBackend(CheckedRead):
                     "UPDATE fs_groups SET committed=?, delivered=? WHERE stream=? AND grp=? AND part=?",
                     (target - 1, target - 1, stream, group, p),
                 )
+        self._wake.ring()
 
     # -- consuming -------------------------------------------------------------
 
@@ -530,17 +563,22 @@ class SqliteStreamBackend(CheckedRead):
         self, stream: str, group: str, partition: int, consumer: str, limit: int, ack: float, timeout: float
     ) -> list[Event]:
         until = time.monotonic() + (timeout if timeout > 0 else 0.0)
+        wake = self._wake
         while True:
-            events = self._read_once(stream, group, partition, consumer, limit, ack)
+            mark = wake.mark() if timeout > 0 else 0  # before the look: a commit after it wakes us
+            due = self._due_in(stream, group, partition)
+            events = self._read_once(stream, group, partition, consumer, limit, ack) if due <= 0 else []
             remaining = until - time.monotonic()
             if events or remaining <= 0:
                 return events
-            with self._changed:
-                self._changed.wait(min(remaining, _POLL))
+            poll = self._poll or (_SAFETY_POLL if wake.cross_process else _POLL)
+            wake.wait(mark, min(remaining, poll, max(due, 0.001)))
 
-    def _nothing_to_read(self, stream: str, group: str, partition: int) -> bool:
-        """A look without the write lock: idle consumers polling must not queue up
-        behind publishers (or each other) for SQLite's one writer."""
+    def _due_in(self, stream: str, group: str, partition: int) -> float:
+        """Seconds until there may be something to read without another commit: 0 when
+        there may be now, until the oldest pending range is due for redelivery, else
+        infinity. A look without the write lock: idle consumers polling must not queue
+        up behind publishers (or each other) for SQLite's one writer."""
         with self._errors("read"):
             row = (
                 self._conn()
@@ -553,17 +591,15 @@ class SqliteStreamBackend(CheckedRead):
                 .fetchone()
             )
         if row is None:
-            return False  # let the locked path raise the right error
+            return 0.0  # let the locked path raise the right error
         delivered, last, deadline = row
         if deadline is not None:
-            return float(deadline) > time.time()
-        return int(delivered) >= int(last)
+            return max(0.0, float(deadline) - time.time())
+        return math.inf if int(delivered) >= int(last) else 0.0
 
     def _read_once(
         self, stream: str, group: str, partition: int, consumer: str, limit: int, ack_deadline: float
     ) -> list[Event]:
-        if self._nothing_to_read(stream, group, partition):
-            return []
         with self._tx("read") as conn:
             committed, delivered = self._check_group(conn, stream, group, partition)
             now = time.time()
@@ -676,6 +712,7 @@ class SqliteStreamBackend(CheckedRead):
         with self._tx("commit") as conn:
             committed, delivered = self._check_group(conn, stream, group, partition)
             self._commit(conn, stream, group, partition, offset, committed, delivered)
+        self._wake.ring()  # a cleared pending window lets a waiting reader read on
 
     def extend(self, stream: str, group: str, partition: int, consumer: str, ack_deadline: float) -> None:
         with self._tx("extend") as conn:
@@ -693,6 +730,7 @@ class SqliteStreamBackend(CheckedRead):
                 return
             _insert_dead(conn, event_letter(stream, group, event, reason, error, time.time()))
             self._commit(conn, stream, group, event.partition, event.offset, committed, delivered)
+        self._wake.ring()
 
     def dead_letters(self, stream: str, group: str | None = None, limit: int = 100) -> list[DeadLetter]:
         conn = self._conn()
@@ -792,6 +830,7 @@ class SqliteStreamBackend(CheckedRead):
 
     def close(self) -> None:
         self._closed = True
+        self._wake.close(remove=self._temporary)
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:
