@@ -31,7 +31,14 @@ from foundry.backends.journal.base import (
     WorkflowState,
     WorkflowStatus,
 )
-from foundry.errors import ConfigError, LeaseLostError, NotFoundError, SubmitError, WorkflowFinishedError
+from foundry.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    LeaseLostError,
+    NotFoundError,
+    SubmitError,
+    WorkflowFinishedError,
+)
 
 WF_COLS = (
     "id, name, status, codec, args, result, error, parent_id, parent_pos, owner, token, lease_until, "
@@ -545,6 +552,15 @@ class SqlJournal(SqlEngine):
             try:
                 entry = work(UserTx(self, c.conn))
             except BaseException as exc:
+                if isinstance(exc, Exception) and self._connection_lost(c.conn):
+                    # The server dropped the journal's own connection under the step (a
+                    # restart): its writes and this transaction are gone, nothing was
+                    # recorded. An outage for the run to ride out, not the step's failure.
+                    raise BackendUnavailableError(
+                        f"journal {self.url}: the connection was lost during a transactional step "
+                        f"({exc!r}); nothing of it was committed. Fix: usually transient (a restart); "
+                        "the run retries the step"
+                    ) from exc
                 raise _UserFailure(exc) from exc
             self._check_still_open(c)
             self._upsert(c, workflow_id, entry)
@@ -561,6 +577,10 @@ class SqlJournal(SqlEngine):
 
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
+
+    def _connection_lost(self, conn: Any) -> bool:
+        """Did the server drop ``conn`` (so its transaction is gone)? Engine hook."""
+        return False
 
     def consume_signal(self, workflow_id: str, token: int, position: int, name: str) -> Recorded | None:
         now = self._now()

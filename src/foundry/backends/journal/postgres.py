@@ -88,6 +88,9 @@ class PostgresJournal(SqlJournal):
     def _in_transaction(self, conn: Any) -> bool:
         return bool(conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS)
 
+    def _connection_lost(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
         pos = entry.position
         with self._auto() as c:
