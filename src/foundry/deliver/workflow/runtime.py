@@ -23,7 +23,14 @@ from typing import Any
 from foundry.backends.journal import open_journal
 from foundry.backends.journal.base import Claim, Clock, JournalBackend, NewWorkflow, WorkflowStatus
 from foundry.deliver.workflow.context import Run, _Control, _Infra
-from foundry.errors import CancelledError, FoundryError, NotFoundError, OverloadError, SubmitError
+from foundry.errors import (
+    BackendUnavailableError,
+    CancelledError,
+    FoundryError,
+    NotFoundError,
+    OverloadError,
+    SubmitError,
+)
 from foundry.handle import Handle, Outcome, Status
 from foundry.observe import names
 from foundry.observe.metrics import Gauge, Registry
@@ -486,8 +493,13 @@ class WorkflowSource:
         interval = 0.002
         while True:
             slot = self._slot
-            if (slot is not None and slot.outcome is not None) or self._state().status.finished:
+            if slot is not None and slot.outcome is not None:
                 return True
+            try:
+                if self._state().status.finished:
+                    return True
+            except BackendUnavailableError:  # a journal restart: keep waiting within the timeout
+                interval = max(interval, 0.05)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
