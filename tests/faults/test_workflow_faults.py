@@ -62,8 +62,10 @@ def _effects(url: str) -> Counter[tuple[str, str]]:
     return Counter((str(r[0]), str(r[1])) for r in rows)
 
 
-def _worker(url: str, log: Path, out: Path) -> subprocess.Popen[bytes]:
-    """A worker process; it prints one line on stdout once it is running."""
+def _worker(
+    url: str, log: Path, out: Path, *, target: str = "tests.faults._workflow_app:app", lease: float = 1.0
+) -> subprocess.Popen[bytes]:
+    """A worker process running ``target``; it prints one line on stdout once it is running."""
     env = {**os.environ, "FW_FAULT_LOG": str(log)}
     cmd = [
         sys.executable,
@@ -71,11 +73,11 @@ def _worker(url: str, log: Path, out: Path) -> subprocess.Popen[bytes]:
         "foundry.cli",
         "workflows",
         "worker",
-        "tests.faults._workflow_app:app",
+        target,
         "--journal",
         url,
         "--lease",
-        "1",
+        str(lease),
         "--poll",
         "0.05",
         "--concurrency",
@@ -86,6 +88,19 @@ def _worker(url: str, log: Path, out: Path) -> subprocess.Popen[bytes]:
     _wait_for(lambda: b"workflow worker" in out.read_bytes() or proc.poll() is not None)
     assert proc.poll() is None, out.read_text()
     return proc
+
+
+def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every worker still running; SIGKILL one that has not exited 15 s later."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -190,15 +205,7 @@ def test_sigkilled_workers_lose_nothing_and_repeat_no_completed_step(engine: str
             f"{duplicates} plain-step re-runs, 0 duplicate transactional effects"
         )
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        _stop_workers(procs)
         rt.close()
         os.environ.pop("FW_FAULT_LOG", None)
         if schema is not None:
