@@ -32,7 +32,7 @@ def test_precedence_argument_env_file(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_url_typo_is_a_clear_error_at_construction() -> None:
     with pytest.raises(ConfigError, match=r"did you mean redis://"):
-        Foundry(queue="rediss://localhost:6379")
+        Foundry(queue="reddis://localhost:6379")  # rediss:// is TLS, not a typo
     with pytest.raises(ConfigError, match=r"scheme"):
         Foundry(journal="localhost:5432")
 

@@ -3,7 +3,8 @@
 Precedence: explicit argument > environment (``FOUNDRY_QUEUE``, ``FOUNDRY_STREAM``,
 ``FOUNDRY_JOURNAL``, ``FOUNDRY_HOME``) > ``foundry.toml`` in the working directory
 (``[foundry] queue = "redis://..."``) > the embedded default (SQLite files under
-``home``, ``./.foundry`` unless told otherwise).
+``home``, ``./.foundry`` unless told otherwise). ``rediss://`` and ``amqps://`` are the
+TLS forms of ``redis://`` and ``amqp://`` (options: ``foundry.backends._urls``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from foundry.errors import ConfigError
 __all__ = ["SCHEMES", "Settings", "load_settings"]
 
 SCHEMES: dict[str, tuple[str, ...]] = {
-    "queue": ("sqlite", "redis", "amqp", "postgresql", "postgres", "memory"),
-    "stream": ("sqlite", "nats", "redis", "memory"),
+    "queue": ("sqlite", "redis", "rediss", "amqp", "amqps", "postgresql", "postgres", "memory"),
+    "stream": ("sqlite", "nats", "redis", "rediss", "memory"),
     "journal": ("sqlite", "postgresql", "postgres", "memory"),
 }
 

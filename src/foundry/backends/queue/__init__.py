@@ -8,6 +8,7 @@ its driver only then, so ``import foundry`` needs no broker client.
 ``postgresql://user@host/db?schema=s``      many machines; ``FOR UPDATE SKIP LOCKED``, LISTEN/NOTIFY
 ``redis://host:6379/0``                     Redis (``pip install "foundry-exec[redis]"``)
 ``amqp://guest:guest@host:5672/``           RabbitMQ (``pip install "foundry-exec[rabbitmq]"``)
+``rediss://…``, ``amqps://…``               the same over TLS (``?ssl_ca_certs=`` / ``?cafile=``…)
 =========================================  ==================================================
 
 Every engine passes the same conformance suite (``tests/backends/queue``).
@@ -56,6 +57,8 @@ _ENGINES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "redis": ("foundry.backends.queue.redis", ("redis",), "redis"),
     "amqp": ("foundry.backends.queue.amqp", ("aio_pika", "pika", "aiormq", "pamqp"), "rabbitmq"),
 }
+_ENGINES["rediss"] = _ENGINES["redis"]  # TLS (options: foundry.backends._urls)
+_ENGINES["amqps"] = _ENGINES["amqp"]
 
 
 def engine_module(url: str) -> Any:

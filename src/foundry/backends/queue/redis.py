@@ -1,13 +1,18 @@
 """The Redis queue (redis-py): every state change of a job is one Lua script.
 
-URL: ``redis://[user:password@]host:6379/0`` with query options
+URL: ``redis://[user:password@]host:6379/0``, or ``rediss://…`` for TLS, with query options
 
 * ``prefix=foundry`` — every key lives under ``<prefix>:`` (a namespace per app or per
   test; in a Redis Cluster use a hash-tagged prefix such as ``{foundry}``);
 * ``reconnect=15`` — seconds a call keeps retrying (with back-off) while Redis cannot be
   reached, before it raises :class:`~foundry.errors.BackendUnavailableError`;
 * ``socket_timeout=10``, ``socket_connect_timeout=5``, ``health_check_interval``,
-  ``client_name`` — passed to redis-py.
+  ``client_name`` — passed to redis-py;
+* with ``rediss://`` only: ``ssl_ca_certs=<CA file>``, ``ssl_certfile=``/``ssl_keyfile=``
+  (a client certificate), ``ssl_cert_reqs=none|optional|required`` and
+  ``ssl_check_hostname=true|false`` — passed to redis-py, checked first
+  (``foundry.backends._urls``). A refused server certificate is a
+  :class:`~foundry.errors.ConfigError` at once, not a retry.
 
 **What it keeps and how** (key layout in ``_redis_scripts``): a job is a hash; the
 claimable jobs of a queue are a sorted set ordered by priority, then eta, then enqueue
@@ -51,6 +56,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from foundry.backends._urls import REDIS_PASSED, REDIS_TLS, refused_certificate, safe_url, tls_options
 from foundry.backends.queue._redis_scripts import SCRIPTS
 from foundry.backends.queue._sql import RECHECK, Signals, job_topic, positive
 from foundry.backends.queue.base import (
@@ -72,7 +78,7 @@ log = logging.getLogger("foundry.queue.redis")
 T = TypeVar("T")
 
 _OWN = ("prefix", "reconnect")
-_PASSED = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "client_name")
+_PASSED = REDIS_PASSED
 _STATE_FIELDS = (
     "id",
     "unit",
@@ -93,15 +99,6 @@ _STATE_FIELDS = (
 )
 _BLOCK_MAX = 5.0  # longest single BLPOP; the socket timeout of blocking calls is above it
 _FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its password masked, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _text(value: Any) -> str:
@@ -241,12 +238,18 @@ class RedisQueue:
         self.url = url
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED)
+        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in REDIS_TLS)
         if unknown:
             raise ConfigError(
                 f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join(_OWN + _PASSED)}"
+                f"Fix: use only {', '.join((*_OWN, *_PASSED, *REDIS_TLS))}"
             )
+        tls = tls_options("queue", url, query, REDIS_TLS)
+        self._tls_hint = (
+            " (a server that requires TLS drops redis:// connections: use rediss://)"
+            if parts.scheme.lower() == "redis"
+            else " (a port without TLS never completes the handshake of rediss://: use redis://)"
+        )
         prefix = query.get("prefix", "foundry")
         if not prefix or any(c.isspace() for c in prefix) or len(prefix) > 100:
             raise ConfigError(
@@ -256,7 +259,7 @@ class RedisQueue:
         self.prefix = prefix + ":"
         self._reconnect = positive(safe_url(url), query, "reconnect", 15.0)
         timeout = positive(safe_url(url), query, "socket_timeout", 10.0)
-        passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"}
+        passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"} | tls
         base = urlunsplit(parts._replace(query=urlencode(passed)))
         kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
         try:
@@ -297,14 +300,17 @@ class RedisQueue:
                     "Fix: correct the user/password in the URL"
                 ) from exc
             except (redis.ConnectionError, redis.TimeoutError) as exc:
+                refused = refused_certificate(exc, "queue", self.url, "ssl_ca_certs")
+                if refused is not None:
+                    raise refused from exc
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + (self._reconnect if within is None else within)
                 if now >= deadline:
                     raise BackendUnavailableError(
                         f"queue {safe_url(self.url)}: Redis unreachable during {what} "
-                        f"({type(exc).__name__}: {exc}). Fix: start Redis or correct the URL; "
-                        "accepted jobs are safe in Redis, retry the call"
+                        f"({type(exc).__name__}: {exc}). Fix: start Redis or correct the URL"
+                        f"{self._tls_hint}; accepted jobs are safe in Redis, retry the call"
                     ) from exc
                 time.sleep(min(pause, max(0.0, deadline - now)))
                 pause = min(pause * 2, 1.0)

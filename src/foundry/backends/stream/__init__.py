@@ -7,6 +7,7 @@ its driver only then, so ``import foundry`` needs no broker client.
 ``memory://``                               a private temporary SQLite file, removed at close
 ``nats://host:4222``                        NATS JetStream (``pip install "foundry-exec[nats]"``)
 ``redis://host:6379/0``                     Redis Streams (``pip install "foundry-exec[redis]"``)
+``rediss://host:6379/0?ssl_ca_certs=…``     the same over TLS (options: ``foundry.backends._urls``)
 =========================================  ==================================================
 
 Every engine passes the same conformance suite (``tests/streams``).
@@ -57,6 +58,7 @@ _ENGINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "nats": ("foundry.backends.stream.nats", "NatsStreamBackend", ("nats",), "nats"),
     "redis": ("foundry.backends.stream.redis", "RedisStreamBackend", ("redis",), "redis"),
 }
+_ENGINES["rediss"] = _ENGINES["redis"]  # TLS
 
 
 def open_stream_backend(url: str, **options: Any) -> StreamBackend:

@@ -3,6 +3,12 @@
 URL: ``redis://host:6379/0`` (``rediss://`` for TLS) with the option ``prefix=`` (default
 ``foundry:stream``) that keeps apps sharing a server apart. Every key of a stream shares
 one hash tag, ``{<prefix>:<stream>}``, so the scripts below stay valid on Redis Cluster.
+``socket_timeout``, ``socket_connect_timeout``, ``health_check_interval`` and
+``client_name`` are passed to redis-py; so are, with ``rediss://`` only,
+``ssl_ca_certs=<CA file>``, ``ssl_certfile=``/``ssl_keyfile=``,
+``ssl_cert_reqs=none|optional|required`` and ``ssl_check_hostname=true|false``, each
+checked first (``foundry.backends._urls``); a refused server certificate is a
+:class:`~foundry.errors.ConfigError`. Any other option is a ``ConfigError``.
 
 How the contract maps onto Redis:
 
@@ -45,6 +51,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 import redis.exceptions
 
+from foundry.backends._urls import REDIS_PASSED, REDIS_TLS, refused_certificate, safe_url, tls_options
 from foundry.backends.stream._common import (
     CheckedRead,
     dead_from_record,
@@ -365,21 +372,25 @@ return 0
 """
 
 
+_PASSED = REDIS_PASSED
+
+
 def _parse(url: str) -> tuple[str, str]:
+    """The redis-py URL (the options it takes, TLS ones checked) and the key prefix."""
+    shown = safe_url(url)
     parts = urlsplit(url)
-    query = parse_qsl(parts.query)
-    prefix = "foundry:stream"
-    kept = []
-    for name, value in query:
-        if name == "prefix":
-            if not value or "{" in value or "}" in value:
-                raise ConfigError(
-                    f"stream URL {url!r}: prefix={value!r}. Fix: a non-empty prefix without braces"
-                )
-            prefix = value
-        else:
-            kept.append((name, value))
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment)), prefix
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(k for k in query if k != "prefix" and k not in _PASSED and k not in REDIS_TLS)
+    if unknown:
+        raise ConfigError(
+            f"stream URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
+            f"Fix: use only {', '.join(('prefix', *_PASSED, *REDIS_TLS))}"
+        )
+    tls_options("stream", url, query, REDIS_TLS)
+    prefix = query.pop("prefix", "foundry:stream")
+    if not prefix or "{" in prefix or "}" in prefix:
+        raise ConfigError(f"stream URL {shown!r}: prefix={prefix!r}. Fix: a non-empty prefix without braces")
+    return urlunsplit(parts._replace(query=urlencode(query))), prefix
 
 
 def _s(value: Any) -> str:
@@ -401,12 +412,13 @@ class RedisStreamBackend(CheckedRead):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self._shown = safe_url(url)  # for messages: the password masked
         redis_url, self.prefix = _parse(url)
         try:
             self._r = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=60)
         except ValueError as exc:
             raise ConfigError(
-                f"stream URL {url!r} is not a Redis URL ({exc}). Fix: redis://host:6379/0"
+                f"stream URL {self._shown!r} is not a Redis URL ({exc}). Fix: redis://host:6379/0"
             ) from exc
         self._scripts = {
             name: self._r.register_script(text)
@@ -441,16 +453,20 @@ class RedisStreamBackend(CheckedRead):
         try:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            refused = refused_certificate(exc, "stream", self.url, "ssl_ca_certs")
+            if refused is not None:
+                raise refused from exc
             raise BackendUnavailableError(
-                f"Redis at {self.url}: {what} failed: {exc}. Fix: start redis-server, or point the "
-                "stream URL at a running one (a transient error: callers retry)"
+                f"Redis at {self._shown}: {what} failed: {exc}. Fix: start redis-server, or point the "
+                "stream URL at a running one (a transient error: callers retry; a server that "
+                "requires TLS drops redis:// connections: use rediss://)"
             ) from exc
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" in str(exc) and stream:
                 raise unknown_group(stream, group, self._group_names(stream)) from exc
-            raise BackendError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+            raise BackendError(f"Redis at {self._shown}: {what} failed: {exc}") from exc
         except redis.exceptions.RedisError as exc:
-            raise BackendError(f"Redis at {self.url}: {what} failed: {exc}") from exc
+            raise BackendError(f"Redis at {self._shown}: {what} failed: {exc}") from exc
 
     def _run(
         self,

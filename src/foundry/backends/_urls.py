@@ -1,0 +1,124 @@
+"""What the broker engines' URLs share: masking a password for messages, and TLS.
+
+TLS is chosen by the scheme (``rediss://``, ``amqps://``); a few query options tune it
+and are passed to the driver unchanged, each checked here first so a typo or a missing
+file is a :class:`~foundry.errors.ConfigError` naming the option, not a failed
+handshake later:
+
+=========================  ==================================  ===============================
+redis-py (``rediss://``)   aiormq (``amqps://``)               meaning
+=========================  ==================================  ===============================
+``ssl_ca_certs=<file>``    ``cafile=<file>``                   PEM file of the CA(s) to trust
+``ssl_certfile=<file>``    ``certfile=<file>``                 client certificate (mutual TLS)
+``ssl_keyfile=<file>``     ``keyfile=<file>``                  its private key
+``ssl_cert_reqs=none``     ``no_verify_ssl=1``                 do not verify the server (tests)
+``ssl_check_hostname=``                                        ``false``: skip the host name check
+=========================  ==================================  ===============================
+
+Without a CA option the system's trust store is used. A certificate the client refuses
+is a :class:`~foundry.errors.ConfigError` at once (:func:`refused_certificate`):
+retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from foundry.errors import ConfigError
+
+__all__ = [
+    "AMQP_TLS",
+    "REDIS_PASSED",
+    "REDIS_TLS",
+    "TLS_SCHEMES",
+    "refused_certificate",
+    "safe_url",
+    "tls_options",
+]
+
+# The redis-py connection options a Redis URL of Foundry's may carry besides TLS.
+REDIS_PASSED = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "client_name")
+_FILE = "file"
+# option -> _FILE, or the values it accepts
+REDIS_TLS: dict[str, str | tuple[str, ...]] = {
+    "ssl_ca_certs": _FILE,
+    "ssl_certfile": _FILE,
+    "ssl_keyfile": _FILE,
+    "ssl_cert_reqs": ("none", "optional", "required"),
+    "ssl_check_hostname": ("true", "false"),
+}
+AMQP_TLS: dict[str, str | tuple[str, ...]] = {
+    "cafile": _FILE,
+    "certfile": _FILE,
+    "keyfile": _FILE,
+    "no_verify_ssl": ("0", "1"),
+}
+_KEY_NEEDS = {"ssl_keyfile": "ssl_certfile", "keyfile": "certfile"}
+TLS_SCHEMES = {"rediss": "redis", "amqps": "amqp"}  # TLS scheme -> the plain one
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def tls_options(
+    what: str, url: str, query: Mapping[str, str], options: Mapping[str, str | tuple[str, ...]]
+) -> dict[str, str]:
+    """The TLS options ``options`` of ``query`` (the query of ``url``, a ``what`` URL
+    such as "queue"), checked: only on a TLS scheme, files that exist, known values."""
+    found = {name: value for name, value in query.items() if name in options}
+    if not found:
+        return found
+    shown = safe_url(url)
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in TLS_SCHEMES:
+        raise ConfigError(
+            f"{what} URL {shown!r}: {', '.join(sorted(found))} only apply to TLS, and {scheme}:// is "
+            f"plain TCP. Fix: use {scheme}s:// to connect with TLS, or drop the option"
+        )
+    for name, value in found.items():
+        accepted = options[name]
+        if accepted == _FILE:
+            if not os.path.isfile(value):
+                raise ConfigError(
+                    f"{what} URL {shown!r}: {name}={value!r} is not a file. Fix: the absolute path of "
+                    "a PEM file this process can read (percent-encode it if it has & or #)"
+                )
+        elif value not in accepted:
+            raise ConfigError(
+                f"{what} URL {shown!r}: {name}={value!r} is not one of {', '.join(accepted)}. "
+                f"Fix: e.g. {name}={accepted[0]}"
+            )
+    for key, cert in _KEY_NEEDS.items():
+        if key in found and cert not in found:
+            raise ConfigError(
+                f"{what} URL {shown!r}: {key} without {cert}. Fix: give the client certificate as "
+                f"{cert}=<file> too (or drop {key} when the certificate file holds the key)"
+            )
+    return found
+
+
+def refused_certificate(exc: BaseException, what: str, url: str, ca_option: str) -> ConfigError | None:
+    """A :class:`ConfigError` saying what to fix when ``exc`` (or an error it was
+    raised from) is the client refusing the server's TLS certificate; else ``None``."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            reason = cur.verify_message or str(cur)
+            return ConfigError(
+                f"{what} URL {safe_url(url)!r}: the server's TLS certificate was refused ({reason}). "
+                f"Fix: set {ca_option}=<PEM file of the CA that signed the server's certificate>, and "
+                "connect by the host name (or IP) the certificate names"
+            )
+        cur = cur.__cause__ or cur.__context__
+    return None
