@@ -163,7 +163,7 @@ def open_state(url: str, prefix: str) -> StateStore:
             pass
 
         return PostgresState(url)
-    if scheme == "redis":
+    if scheme in ("redis", "rediss"):
         from foundry.backends.queue.redis import RedisQueue
 
         if "prefix" not in query:
@@ -171,5 +171,5 @@ def open_state(url: str, prefix: str) -> StateStore:
         return RedisQueue(url)
     raise ConfigError(
         f"AMQP queue: state={url!r} is not a store Foundry can keep job state in. Fix: use sqlite:///path, "
-        "postgresql://… or redis://… (percent-encode it inside the amqp:// URL)"
+        "postgresql://…, redis://… or rediss://… (percent-encode it inside the amqp:// URL)"
     )

@@ -1,6 +1,6 @@
 """The RabbitMQ queue: the broker delivers, a state store remembers.
 
-URL: ``amqp://user:password@host:5672/vhost`` with query options
+URL: ``amqp://user:password@host:5672/vhost``, or ``amqps://…`` for TLS, with query options
 
 * ``state=`` — where job state lives (see below). Default: a SQLite file
   ``<FOUNDRY_HOME>/queue-amqp-<prefix>.db`` (one machine); for several machines use
@@ -17,7 +17,12 @@ URL: ``amqp://user:password@host:5672/vhost`` with query options
   them back to the queue for other workers;
 * ``orphan_after=30`` — seconds after its eta that a queued job with no message is
   published again (see "crash windows");
-* ``heartbeat=60`` — the AMQP heartbeat, passed to the client.
+* ``heartbeat=60`` — the AMQP heartbeat, passed to the client;
+* with ``amqps://`` only: ``cafile=<CA file>``, ``certfile=``/``keyfile=`` (a client
+  certificate), ``no_verify_ssl=0|1`` — passed to aiormq, checked first
+  (``foundry.backends._urls``). A refused broker certificate is a
+  :class:`~foundry.errors.ConfigError`. The state store is a URL of its own:
+  ``state=rediss://…?ssl_ca_certs=…`` (percent-encoded) for Redis over TLS.
 
 **Who keeps what.** RabbitMQ has no key/value store, so the job's record — payload,
 idempotency key, lease and token, attempts, the single completion record, the result,
@@ -63,6 +68,7 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from foundry.backends._urls import AMQP_TLS, refused_certificate, safe_url, tls_options
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
 from foundry.backends.queue._sql import positive
@@ -75,8 +81,8 @@ from foundry.backends.queue.base import (
     NewJob,
     QueueStats,
 )
-from foundry.backends.queue.redis import check_claim, safe_url
-from foundry.errors import ConfigError
+from foundry.backends.queue.redis import check_claim
+from foundry.errors import BackendUnavailableError, ConfigError
 
 __all__ = ["AmqpQueue"]
 
@@ -117,12 +123,13 @@ class AmqpQueue:
         shown = safe_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED)
+        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in AMQP_TLS)
         if unknown:
             raise ConfigError(
                 f"queue URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join(_OWN + _PASSED)}"
+                f"Fix: use only {', '.join((*_OWN, *_PASSED, *AMQP_TLS))}"
             )
+        tls = tls_options("queue", url, query, AMQP_TLS)
         self.prefix = query.get("prefix", "foundry")
         if not self.prefix or len(self.prefix) > 100 or any(c.isspace() or c == "." for c in self.prefix):
             raise ConfigError(
@@ -141,10 +148,17 @@ class AmqpQueue:
             home = Path(os.environ.get("FOUNDRY_HOME") or ".foundry")
             self._own_state = home / f"queue-amqp-{self.prefix}.db"
             state_url = f"sqlite:///{self._own_state}"
-        broker = urlunsplit(parts._replace(query=urlencode({k: v for k, v in query.items() if k in _PASSED})))
+        passed = {k: v for k, v in query.items() if k in _PASSED} | tls
+        broker = urlunsplit(parts._replace(query=urlencode(passed)))
         self.state: StateStore = open_state(state_url, self.prefix)
         try:
             self.client = AmqpClient(broker, shown=shown, reconnect=reconnect, linger=linger)
+        except BackendUnavailableError as exc:
+            self.state.close()
+            refused = refused_certificate(exc, "queue", url, "cafile")
+            if refused is not None:
+                raise refused from exc
+            raise
         except BaseException:
             self.state.close()
             raise
