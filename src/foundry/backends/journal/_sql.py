@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from foundry.backends._doorbell import Wakeups
 from foundry.backends._sql_common import SqlEngine
 from foundry.backends.journal._pool import Pool
 from foundry.backends.journal.base import (
@@ -307,6 +308,9 @@ class SqlJournal(SqlEngine):
         self.sigs = f"{prefix}signals"
         super().__init__(url, {"{wf}": self.wf, "{en}": self.entries, "{sg}": self.sigs})
         self._lock = threading.Lock()
+        # This process's commits wake its waiters; an engine that can reach other
+        # processes' waiters (SQLite's doorbell) replaces it.
+        self.changes: Wakeups = Wakeups(None)
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -410,6 +414,8 @@ class SqlJournal(SqlEngine):
             if not created:
                 row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (wf.id,))
                 return Started(state_from_row(row), created=False, claim=None)
+        if not claimed:
+            self.changes.ring()  # a new claimable workflow: wake the workers
         state = WorkflowState(
             id=wf.id,
             name=wf.name,
@@ -616,14 +622,16 @@ class SqlJournal(SqlEngine):
     ) -> None:
         now = self._now()
         with self._auto() as c:
-            n = c.run(
+            row = c.one(
                 "UPDATE {wf} SET status = 'waiting', owner = NULL, lease_until = 0, "
                 "wake_at = CASE WHEN wakeups <> ? THEN 0 ELSE ? END, current_step = ?, "
-                "step_started_at = ?, updated_at = ? WHERE id = ? AND token = ?",
+                "step_started_at = ?, updated_at = ? WHERE id = ? AND token = ? RETURNING wake_at",
                 (seen_wakeups, wake_at, current_step, now, now, workflow_id, token),
             )
-            if n == 0:
+            if row is None:
                 raise self._fenced(c, workflow_id, token, "suspension")
+        if float(row[0]) <= now:
+            self.changes.ring()  # woken while it parked: claimable at once
 
     def release(self, workflow_id: str, token: int) -> bool:
         with self._auto() as c:
@@ -632,6 +640,8 @@ class SqlJournal(SqlEngine):
                 f"AND status IN {_ACTIVE_SQL}",
                 (self._now(), workflow_id, token),
             )
+        if n > 0:
+            self.changes.ring()  # handed back: claimable at once
         return n > 0
 
     def set_compensating(self, workflow_id: str, token: int) -> None:
@@ -685,6 +695,7 @@ class SqlJournal(SqlEngine):
                     ),
                 )
                 self._wake(c, [parent_id], now)
+        self.changes.ring()  # its result, and its parent
         return True
 
     def _wake(self, c: Cursor, ids: Sequence[str], now: float, *, cancel: bool = False) -> None:
@@ -720,6 +731,7 @@ class SqlJournal(SqlEngine):
                 (workflow_id, name, payload, now),
             )
             self._wake(c, [workflow_id], now)
+        self.changes.ring()
         return int(row[0])
 
     def request_cancel(self, workflow_id: str) -> bool:
@@ -738,6 +750,7 @@ class SqlJournal(SqlEngine):
                         tuple(ids),
                     )
                 ]
+        self.changes.ring()
         return True
 
     def get(self, workflow_id: str) -> WorkflowState | None:

@@ -42,6 +42,15 @@ workflow, one row of state and an append-only list of :class:`Entry` records ind
 * **Finishing a child resolves its parent.** ``finish`` of a workflow started by a parent
   resolves the parent's waiting ``child`` entry and wakes the parent, in the same commit.
 
+* **Waiters are woken, the journal stays the truth.** ``changes`` (:class:`Changes`) wakes
+  a waiter after a commit that may end its wait: a workflow started without an owner, a
+  signal, a cancellation request, a release, a suspension that is due at once, a
+  finish (its result, and its parent). A waiter takes a ``mark()``, looks at the
+  journal, and ``wait(mark, timeout)``s; a wake-up is only a hint to look again, so a
+  lost one costs latency, never correctness. ``changes.cross_process`` says whether
+  other processes' commits wake it too (SQLite on Linux: the doorbell); when not, the
+  caller polls as before.
+
 Every method may raise :class:`~foundry.errors.BackendUnavailableError` when the database
 cannot be reached and :class:`~foundry.errors.BackendError` for other database failures;
 callers retry with back-off. Nothing accepted is kept only in memory: the journal, not
@@ -62,6 +71,7 @@ from typing import Any, ClassVar, Protocol
 __all__ = [
     "ACTIVE",
     "Beat",
+    "Changes",
     "Claim",
     "Clock",
     "Entry",
@@ -280,12 +290,38 @@ class ManualClock:
             self._now += seconds
 
 
+class Changes(Protocol):
+    """Wake-ups after commits that may end a wait (see the module docstring)."""
+
+    @property
+    def cross_process(self) -> bool:
+        """Whether other processes' commits wake a waiter here (else only this process's)."""
+        ...
+
+    def mark(self) -> int:
+        """Take before looking at the journal; pass to :meth:`wait`."""
+        ...
+
+    def wait(self, mark: int, timeout: float) -> bool:
+        """Sleep until a wake-up after ``mark`` (``True``) or ``timeout`` seconds (``False``)."""
+        ...
+
+    def notify(self) -> None:
+        """Wake this process's waiters (to make them look at a flag, e.g. on stop)."""
+        ...
+
+
 class JournalBackend(Protocol):
     """A workflow journal on one database. See the module docstring for the contract."""
 
     dialect: ClassVar[str]
     url: str
     clock: Clock
+
+    @property
+    def changes(self) -> Changes:
+        """Wake-ups after commits that may end a wait (see the module docstring)."""
+        ...
 
     def start(self, wf: NewWorkflow, *, owner: str | None = None, lease: float = 30.0) -> Started:
         """Create the workflow unless its id exists (idempotent). With ``owner``, a new

@@ -107,4 +107,5 @@ class PostgresJournal(SqlJournal):
         return Recorded(existing, written=False, cancel_requested=bool(row[0]))
 
     def close(self) -> None:
+        self.changes.close()
         self._pool.close()

@@ -8,14 +8,21 @@ URL: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``; query op
 
 SQLite has one writer at a time: a transactional step holds the write lock while its
 code runs, so keep those steps short here (PostgreSQL locks only the workflow's row).
+
+A commit that may end another process's wait (a new workflow for the workers, a signal,
+a result) rings the processes waiting on the file (:mod:`foundry.backends._doorbell`,
+Linux; marker files in ``<file>-wake/``), so ``changes.cross_process`` is true there:
+workers and result waiters wake at once and poll only as a safety net.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import uuid
 from typing import Any, ClassVar
 
+from foundry.backends._doorbell import Wakeups
 from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
@@ -55,6 +62,7 @@ class SqliteJournal(SqlJournal):
             self._uri = True
         else:
             self._target, self._uri = sqlite_file(url, "journal"), False
+            self.changes = Wakeups(os.path.realpath(self._target))
         self._synchronous = query.get("synchronous", ["full"])[-1].upper()
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise ConfigError(
@@ -106,6 +114,7 @@ class SqliteJournal(SqlJournal):
         return super().record(workflow_id, token, entry)
 
     def close(self) -> None:
+        self.changes.close()
         self._pool.close()
         if self._anchor is not None:
             self._anchor.close()

@@ -566,6 +566,7 @@ class Run:
         deadline = entry.wake_at if entry.wake_at is not None else FOREVER
         j = self.rt.journal
         while True:
+            mark = j.changes.mark()  # before the look: a signal sent after it ends the nap below
             got = self.journal(j.consume_signal, self.claim.id, self.token, pos, signal)
             if got is not None:
                 return self._signal_value(got.entry, timeout, default)
@@ -589,7 +590,7 @@ class Run:
                 return self._signal_value(stored, timeout, default)
             if deadline - now > self.rt.inline_wait:
                 raise _Suspend(deadline, f"signal {signal}")
-            clock.sleep(min(deadline - now, self.rt.poll_slice))
+            self.rt.nap(mark, min(deadline - now, self.rt.poll_slice))
 
     def _signal_value(self, entry: Entry, timeout: float | None, default: Any) -> Any:
         if entry.detail == "timeout":

@@ -21,7 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from foundry.backends.journal import open_journal
-from foundry.backends.journal.base import Claim, Clock, JournalBackend, NewWorkflow, WorkflowStatus
+from foundry.backends.journal.base import (
+    Claim,
+    Clock,
+    JournalBackend,
+    NewWorkflow,
+    SystemClock,
+    WorkflowStatus,
+)
 from foundry.deliver.workflow.context import Run, _Control, _Infra
 from foundry.errors import (
     BackendUnavailableError,
@@ -40,6 +47,10 @@ from foundry.serialize import Codec, decode_error, get_codec
 __all__ = ["WorkflowRuntime", "WorkflowSource", "journal_from"]
 
 log = logging.getLogger("foundry.workflow")
+
+# How often a caller waiting for a result looks at the journal when the journal wakes it
+# on every finish, even one in another process (only a lost wake-up waits that long).
+_SAFETY_POLL = 1.0
 
 _STATUS = {
     WorkflowStatus.PENDING: Status.QUEUED,
@@ -164,6 +175,14 @@ class WorkflowRuntime:
 
     def real_sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
+
+    def nap(self, mark: int, seconds: float) -> None:
+        """Sleep ``seconds`` on the journal's clock; on real time, a journal change after
+        ``mark`` (``journal.changes.mark()``, taken before the look) ends it early."""
+        if isinstance(self.clock, SystemClock):
+            self.journal.changes.wait(mark, seconds)
+        else:
+            self.clock.sleep(seconds)
 
     def count_step(self, workflow: str, state: str) -> None:
         child = self._step_gauges.get((workflow, state))
@@ -491,23 +510,28 @@ class WorkflowSource:
     def wait(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.002
+        changes = self._rt.journal.changes
         while True:
             slot = self._slot
             if slot is not None and slot.outcome is not None:
                 return True
+            mark = changes.mark() if slot is None and timeout != 0 else 0  # before the look
+            outage = False
             try:
                 if self._state().status.finished:
                     return True
             except BackendUnavailableError:  # a journal restart: keep waiting within the timeout
                 interval = max(interval, 0.05)
+                outage = True
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
             if slot is not None:  # woken at once by a run in this process; the journal meanwhile
                 if slot.event.wait(0.25 if remaining is None else min(0.25, remaining)):
                     return True
-            else:
-                time.sleep(interval if remaining is None else min(interval, remaining))
+            else:  # woken by the finish's commit, in any process when the journal can tell
+                step = _SAFETY_POLL if changes.cross_process and not outage else interval
+                changes.wait(mark, step if remaining is None else min(step, remaining))
                 interval = min(interval * 2, 0.1)
 
     async def wait_async(self, timeout: float | None) -> bool:

@@ -4,6 +4,12 @@ It claims pending workflows, the orphans of dead workers (their lease lapsed) an
 parked workflows that are due (a timer passed, a signal or a child woke them), runs
 each on a bounded thread pool with a heartbeated lease, and hands them back on stop.
 Start as many as you like, on as many hosts: the lease token fences them apart.
+
+An idle worker looks again every ``poll`` seconds, and at once when the journal says a
+commit may have made something claimable (``journal.changes``: a workflow enqueued, a
+signal, a child finished, a cancellation, a hand-back — in any process when the journal
+can tell, as SQLite on Linux can). The poll remains what finds timers that came due and
+leases that lapsed.
 """
 
 from __future__ import annotations
@@ -101,8 +107,10 @@ class Worker:
     def run(self) -> None:
         """Claim and run until :meth:`stop`."""
         rt = self.runtime
+        changes = rt.journal.changes
         backoff = self.poll
         while not self._stop.is_set():
+            mark = changes.mark()  # before the claim: a commit after it wakes the wait below
             free = self.concurrency - rt.active()
             got = 0
             if free > 0:
@@ -118,8 +126,10 @@ class Worker:
                     rt.submit(claim)
                 got = len(claims)
                 self.claimed += got
-            if got == 0 or got == free:
-                self._stop.wait(self.poll if got == 0 else 0.01)
+            if got == 0:
+                changes.wait(mark, self.poll)
+            elif got == free:
+                self._stop.wait(0.01)
 
     def start(self) -> Worker:
         self._thread = threading.Thread(target=self.run, name=f"foundry-worker-{self.owner}", daemon=True)
@@ -130,6 +140,7 @@ class Worker:
         """Stop claiming; runs in flight hand back their workflows at their next durable
         call (another worker resumes them at once) or finish within ``timeout``."""
         self._stop.set()
+        self.runtime.journal.changes.notify()  # the run loop may be waiting for a change
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         self.runtime.close(timeout)
