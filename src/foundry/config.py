@@ -5,6 +5,10 @@ Precedence: explicit argument > environment (``FOUNDRY_QUEUE``, ``FOUNDRY_STREAM
 (``[foundry] queue = "redis://..."``) > the embedded default (SQLite files under
 ``home``, ``./.foundry`` unless told otherwise). ``rediss://`` and ``amqps://`` are the
 TLS forms of ``redis://`` and ``amqp://`` (options: ``foundry.backends._urls``).
+
+A URL may carry a password (``postgresql://app:secret@db/app``); Foundry connects with
+it but never shows it: every message, log line and ``repr`` prints :func:`safe_url`'s
+form (``postgresql://app:***@db/app``).
 """
 
 from __future__ import annotations
@@ -14,16 +18,67 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from foundry.errors import ConfigError
 
-__all__ = ["SCHEMES", "Settings", "load_settings"]
+__all__ = ["SCHEMES", "Settings", "load_settings", "safe_url"]
 
 SCHEMES: dict[str, tuple[str, ...]] = {
     "queue": ("sqlite", "redis", "rediss", "amqp", "amqps", "postgresql", "postgres", "memory"),
     "stream": ("sqlite", "nats", "redis", "rediss", "memory"),
     "journal": ("sqlite", "postgresql", "postgres", "memory"),
 }
+
+
+# Query options whose value is a secret (libpq's password= and sslpassword=, tokens).
+_SECRET_OPTIONS = ("password", "secret", "token")
+# Schemes whose user part alone is a secret (NATS token auth: nats://<token>@host).
+_TOKEN_SCHEMES = ("nats", "tls")
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its secrets masked, for messages, log lines and reprs: the password of
+    each ``user:password@`` (every host of ``nats://u:p@a,u:p@b``), a NATS token
+    (``nats://token@host``) and query options such as ``password=``. Never raises, and
+    ``safe_url(safe_url(url)) == safe_url(url)``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    # The authority ends at /, ? or # -- but a ? or # before its last @ is in the password.
+    slash = rest.find("/") if "/" in rest else len(rest)
+    start = rest.rfind("@", 0, slash) + 1
+    end = min((i for i in (rest.find(c, start) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        token = scheme.lower() in _TOKEN_SCHEMES
+        *users, hosts = authority.split("@")
+        shown: list[str] = []
+        for i, user in enumerate(users):
+            if i:
+                if "," not in user:  # an unencoded @ inside the password: still the secret
+                    continue
+                host, user = user.split(",", 1)
+                shown.append(f"@{host},")
+            name, colon, _ = user.partition(":")
+            shown.append(f"{name}:***" if colon else "***" if token else name)
+        authority = "".join(shown) + "@" + hosts
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query = "&".join(_safe_option(pair) for pair in query.split("&"))
+    return f"{scheme}://{authority}{path}{qmark}{query}"
+
+
+def _safe_option(pair: str) -> str:
+    """One ``name=value`` of a URL's query, its value masked if it is a secret or a URL
+    with one (the AMQP queue's ``state=postgresql://user:password@…``, also encoded)."""
+    name, eq, value = pair.partition("=")
+    if eq and any(word in name.lower() for word in _SECRET_OPTIONS):
+        return f"{name}=***"
+    inner = unquote(value)
+    if "://" in inner and safe_url(inner) != inner:
+        return f"{name}={safe_url(inner)}"
+    return pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +112,7 @@ def check_url(kind: str, url: str) -> str:
         close = difflib.get_close_matches(scheme, allowed, n=1)
         hint = f"did you mean {close[0]}://? " if close else ""
         raise ConfigError(
-            f"{kind} backend URL {url!r} has scheme {scheme or '(none)'!r}, which Foundry does "
+            f"{kind} backend URL {safe_url(url)!r} has scheme {scheme or '(none)'!r}, which Foundry does "
             f"not know. Fix: {hint}use one of {', '.join(s + '://' for s in allowed)}"
         )
     return url

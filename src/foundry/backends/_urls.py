@@ -1,4 +1,5 @@
-"""What the broker engines' URLs share: masking a password for messages, and TLS.
+"""What the broker engines' URLs share: masking a password for messages
+(:func:`foundry.config.safe_url`, re-exported here), and TLS.
 
 TLS is chosen by the scheme (``rediss://``, ``amqps://``); a few query options tune it
 and are passed to the driver unchanged, each checked here first so a typo or a missing
@@ -25,8 +26,9 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from foundry.config import safe_url  # re-exported: the engines import it from here
 from foundry.errors import ConfigError
 
 __all__ = [
@@ -58,15 +60,6 @@ AMQP_TLS: dict[str, str | tuple[str, ...]] = {
 }
 _KEY_NEEDS = {"ssl_keyfile": "ssl_certfile", "keyfile": "certfile"}
 TLS_SCHEMES = {"rediss": "redis", "amqps": "amqp"}  # TLS scheme -> the plain one
-
-
-def safe_url(url: str) -> str:
-    """``url`` with its password masked, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def tls_options(
