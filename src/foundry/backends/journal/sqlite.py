@@ -26,6 +26,7 @@ from foundry.backends._doorbell import Wakeups
 from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
+from foundry.config import safe_url
 from foundry.errors import BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteJournal"]
@@ -66,10 +67,10 @@ class SqliteJournal(SqlJournal):
         self._synchronous = query.get("synchronous", ["full"])[-1].upper()
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise ConfigError(
-                f"journal URL {url!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
+                f"journal URL {safe_url(url)!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
                 "setting. Fix: use synchronous=full (default) or synchronous=normal"
             )
-        self._pool = make_pool(self._open, size=size, what=f"journal {url}")
+        self._pool = make_pool(self._open, size=size, what=f"journal {safe_url(url)}")
         if self._uri:
             self._anchor = self._open()  # an in-memory database lives while one connection does
         self._create_schema()
@@ -81,7 +82,7 @@ class SqliteJournal(SqlJournal):
             )
         except sqlite3.Error as exc:
             raise BackendUnavailableError(
-                f"journal {self.url}: cannot open {self._target} ({exc}). Fix: check the path and its "
+                f"journal {self.shown}: cannot open {self._target} ({exc}). Fix: check the path and its "
                 "permissions"
             ) from exc
         try:
@@ -97,7 +98,7 @@ class SqliteJournal(SqlJournal):
     def _translate(self, exc: Exception) -> Exception | None:
         return sqlite_error(
             exc,
-            f"journal {self.url}",
+            f"journal {self.shown}",
             busy=False,
             fix="a long transactional step or another process holds the write lock; keep transactional "
             "steps short",

@@ -31,7 +31,7 @@ from foundry.backends.queue.base import (
     QueueStats,
     check_new_job,
 )
-from foundry.config import check_url
+from foundry.config import check_url, safe_url
 from foundry.errors import ConfigError
 
 __all__ = [
@@ -72,12 +72,12 @@ def engine_module(url: str) -> Any:
         root = (exc.name or "").split(".")[0]
         if root in drivers:
             raise ConfigError(
-                f"queue URL {url!r} needs the {root!r} client library, which is not installed. "
+                f"queue URL {safe_url(url)!r} needs the {root!r} client library, which is not installed. "
                 f'Fix: pip install "foundry-exec[{extra}]"'
             ) from exc
         if exc.name == module_name:
             raise ConfigError(
-                f"queue URL {url!r}: the {scheme} engine is not part of this installation "
+                f"queue URL {safe_url(url)!r}: the {scheme} engine is not part of this installation "
                 f"({module_name} is missing). Fix: upgrade foundry-exec, or use sqlite:// or postgresql://"
             ) from exc
         raise

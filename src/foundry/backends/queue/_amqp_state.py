@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from foundry.backends.queue._sql import CLAIM_COLS, SqlQueue, claimed_from_row, job_topic
 from foundry.backends.queue.base import Claimed, QueueBackend
+from foundry.config import safe_url
 from foundry.errors import ConfigError
 
 __all__ = ["StateStore", "open_state"]
@@ -170,6 +171,6 @@ def open_state(url: str, prefix: str) -> StateStore:
             url = f"{url}{sep}prefix={prefix}"
         return RedisQueue(url)
     raise ConfigError(
-        f"AMQP queue: state={url!r} is not a store Foundry can keep job state in. Fix: use sqlite:///path, "
-        "postgresql://…, redis://… or rediss://… (percent-encode it inside the amqp:// URL)"
+        f"AMQP queue: state={safe_url(url)!r} is not a store Foundry can keep job state in. Fix: use "
+        "sqlite:///path, postgresql://…, redis://… or rediss://… (percent-encode it inside the amqp:// URL)"
     )

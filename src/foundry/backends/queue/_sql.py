@@ -33,6 +33,7 @@ from foundry.backends.queue.base import (
     QueueStats,
     check_new_job,
 )
+from foundry.config import safe_url
 from foundry.errors import ConfigError, SubmitError
 
 T = TypeVar("T")
@@ -133,13 +134,13 @@ def parse_url(url: str, own: Sequence[str]) -> tuple[SplitResult, dict[str, str]
     prefix = query.get("prefix", "foundry_")
     if not prefix.replace("_", "").isalnum() or not (prefix[0].isalpha() or prefix[0] == "_"):
         raise ConfigError(
-            f"queue URL {url!r}: prefix={prefix!r} must be letters, digits and _ (a table name prefix). "
-            "Fix: e.g. ?prefix=myapp_"
+            f"queue URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (a table name "
+            "prefix). Fix: e.g. ?prefix=myapp_"
         )
     unknown = [k for k in query if k not in own and k != "prefix"]
     if unknown and parts.scheme not in ("postgresql", "postgres"):
         raise ConfigError(
-            f"queue URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}. "
+            f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}. "
             f"Fix: use only {', '.join(sorted({*own, 'prefix'}))}"
         )
     return parts, query, prefix
@@ -154,7 +155,9 @@ def positive(url: str, query: dict[str, str], name: str, default: float) -> floa
     except ValueError:
         value = -1.0
     if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"queue URL {url!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=8")
+        raise ConfigError(
+            f"queue URL {safe_url(url)!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=8"
+        )
     return value
 
 

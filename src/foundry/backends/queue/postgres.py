@@ -31,6 +31,7 @@ from typing import Any, ClassVar, TypeVar
 from foundry.backends._sql_common import Postgres
 from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["PostgresQueue"]
@@ -92,7 +93,7 @@ class PostgresQueue(SqlQueue):
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
-                f'queue URL {url!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
+                f'queue URL {safe_url(url)!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
             ) from exc
         self._psycopg = psycopg
         parts, query, prefix = parse_url(url, _OWN_OPTIONS)
@@ -100,11 +101,11 @@ class PostgresQueue(SqlQueue):
         self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigError(
-                f"queue URL {url!r}: schema={self.schema!r} must be letters, digits and _. Fix: e.g. "
-                "?schema=myapp"
+                f"queue URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _. "
+                "Fix: e.g. ?schema=myapp"
             )
         rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"queue {url}", parts, rest, self.schema)
+        self._pg = Postgres(psycopg, f"queue {safe_url(url)}", parts, rest, self.schema)
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
         self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
         self._listener: threading.Thread | None = None
@@ -150,7 +151,7 @@ class PostgresQueue(SqlQueue):
 
     def _write(self, fn: Callable[[Any], T]) -> T:
         if self._closed:
-            raise BackendError(f"queue {self.url} is closed. Fix: do not use a queue backend after close()")
+            raise BackendError(f"queue {self.shown} is closed. Fix: do not use a queue backend after close()")
         for attempt in range(2):
             with self._pool.connection() as conn:
                 try:
@@ -218,7 +219,9 @@ class PostgresQueue(SqlQueue):
             try:
                 conn = self._psycopg.connect(self._pg.conninfo, autocommit=True)
             except self._psycopg.Error as exc:
-                log.warning("queue %s: listener cannot connect (%s); retrying in %.1fs", self.url, exc, pause)
+                log.warning(
+                    "queue %s: listener cannot connect (%s); retrying in %.1fs", self.shown, exc, pause
+                )
                 self._stop.wait(pause)
                 pause = min(pause * 2, 2.0)
                 continue
@@ -235,7 +238,7 @@ class PostgresQueue(SqlQueue):
                         self.signals.bump(note.payload)
             except self._psycopg.Error as exc:
                 if not self._stop.is_set():
-                    log.warning("queue %s: listener lost its connection (%s); reconnecting", self.url, exc)
+                    log.warning("queue %s: listener lost its connection (%s); reconnecting", self.shown, exc)
                     self.signals.bump_all()
                     self._stop.wait(pause)
             finally:

@@ -48,6 +48,7 @@ from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
 from foundry.backends.queue._sql import Signals, SqlQueue, parse_url, positive
 from foundry.backends.queue.base import Capabilities
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteQueue"]
@@ -366,7 +367,7 @@ class SqliteQueue(SqlQueue):
         synchronous = query.get("synchronous", "normal").upper()
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ConfigError(
-                f"queue URL {url!r}: synchronous={synchronous.lower()!r} is not a SQLite setting. "
+                f"queue URL {safe_url(url)!r}: synchronous={synchronous.lower()!r} is not a SQLite setting. "
                 "Fix: use synchronous=normal (default) or synchronous=full"
             )
         busy = positive(url, query, "busy_timeout", 30.0)
@@ -374,7 +375,9 @@ class SqliteQueue(SqlQueue):
         size = int(positive(url, query, "pool", 8))
         self._file = _acquire(self.path, synchronous, busy, poll)
         self.signals = self._file.signals
-        self._pool = make_pool(lambda: self._file.connect(timeout=busy), size=size, what=f"queue {url}")
+        self._pool = make_pool(
+            lambda: self._file.connect(timeout=busy), size=size, what=f"queue {safe_url(url)}"
+        )
         try:
             ddl = _DDL.replace("{jobs}", self.table)
             with self._errors():
@@ -388,7 +391,7 @@ class SqliteQueue(SqlQueue):
 
     def _write(self, fn: Callable[[Any], T]) -> T:
         if self._closed:
-            raise BackendError(f"queue {self.url} is closed. Fix: do not use a queue backend after close()")
+            raise BackendError(f"queue {self.shown} is closed. Fix: do not use a queue backend after close()")
         return self._file.write(fn)
 
     def _watch(self) -> AbstractContextManager[None]:
@@ -397,7 +400,7 @@ class SqliteQueue(SqlQueue):
     def _translate(self, exc: Exception) -> Exception | None:
         return sqlite_error(
             exc,
-            f"queue {self.url}",
+            f"queue {self.shown}",
             busy=True,
             fix="another process holds the write lock for long; raise ?busy_timeout= or find the long "
             "transaction",

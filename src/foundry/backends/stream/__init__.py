@@ -32,7 +32,7 @@ from foundry.backends.stream.base import (
     check_name,
     partition_for,
 )
-from foundry.config import check_url
+from foundry.config import check_url, safe_url
 from foundry.errors import ConfigError
 
 __all__ = [
@@ -77,7 +77,7 @@ def open_stream_backend(url: str, **options: Any) -> StreamBackend:
         root = (exc.name or "").split(".")[0]
         if root in drivers:
             raise ConfigError(
-                f"stream URL {url!r} needs the {root!r} client library, which is not installed. "
+                f"stream URL {safe_url(url)!r} needs the {root!r} client library, which is not installed. "
                 f'Fix: pip install "foundry-exec[{extra}]"'
             ) from exc
         raise

@@ -86,6 +86,7 @@ from foundry.backends.stream.base import (
     unknown_group,
     unknown_stream,
 )
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
 
 __all__ = ["NatsStreamBackend"]
@@ -117,21 +118,23 @@ def _parse(url: str) -> tuple[list[str], str, api.StorageType]:
     for name, value in parse_qsl(parts.query):
         if name == "prefix":
             if not value or not value.replace("_", "").replace("-", "").isalnum():
-                raise ConfigError(f"stream URL {url!r}: prefix={value!r}. Fix: letters, digits, '-' or '_'")
+                raise ConfigError(
+                    f"stream URL {safe_url(url)!r}: prefix={value!r}. Fix: letters, digits, '-' or '_'"
+                )
             prefix = value
         elif name == "storage":
             if value not in ("file", "memory"):
                 raise ConfigError(
-                    f"stream URL {url!r}: storage={value!r}. Fix: storage=file or storage=memory"
+                    f"stream URL {safe_url(url)!r}: storage={value!r}. Fix: storage=file or storage=memory"
                 )
             storage = api.StorageType(value)
         else:
             raise ConfigError(
-                f"stream URL {url!r}: unknown option {name!r}. "
+                f"stream URL {safe_url(url)!r}: unknown option {name!r}. "
                 "Fix: the nats stream takes only prefix= and storage="
             )
     if not parts.netloc:
-        raise ConfigError(f"stream URL {url!r} names no server. Fix: nats://127.0.0.1:4222")
+        raise ConfigError(f"stream URL {safe_url(url)!r} names no server. Fix: nats://127.0.0.1:4222")
     servers = [f"{parts.scheme}://{host}" for host in parts.netloc.split(",")]
     return servers, prefix, storage
 
@@ -162,7 +165,8 @@ class NatsStreamBackend(CheckedRead):
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=False, dense_offsets=True)
 
     def __init__(self, url: str, *, request_timeout: float = 5.0) -> None:
-        self.url = url
+        self.url = url  # to connect with; messages and reprs show ``shown``
+        self.shown = safe_url(url)
         self._servers, self.prefix, self._storage = _parse(url)
         self._timeout = request_timeout
         self._loop = asyncio.new_event_loop()
@@ -175,6 +179,9 @@ class NatsStreamBackend(CheckedRead):
         self._parts: dict[tuple[str, str, int], _Part] = {}
         self._closed = False
 
+    def __repr__(self) -> str:
+        return f"<NatsStreamBackend {self.shown}>"
+
     # -- plumbing --------------------------------------------------------------
 
     def _jsname(self, stream: str, partition: int | str) -> str:
@@ -185,13 +192,13 @@ class NatsStreamBackend(CheckedRead):
 
     def _call(self, make: Callable[[], Coroutine[Any, Any, T]], what: str, timeout: float | None = None) -> T:
         if self._closed:
-            raise BackendError(f"stream backend {self.url} is closed. Fix: open a new one")
+            raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
         future = asyncio.run_coroutine_threadsafe(self._guard(make, what), self._loop)
         try:
             return future.result((timeout or 0.0) + self._timeout * 3)
         except TimeoutError as exc:
             future.cancel()
-            raise BackendUnavailableError(f"NATS at {self.url}: {what} timed out") from exc
+            raise BackendUnavailableError(f"NATS at {self.shown}: {what} timed out") from exc
 
     async def _guard(self, make: Callable[[], Awaitable[T]], what: str) -> T:
         try:
@@ -201,15 +208,15 @@ class NatsStreamBackend(CheckedRead):
             raise
         except nats.js.errors.APIError as exc:
             if isinstance(exc, _UNAVAILABLE):
-                raise BackendUnavailableError(f"NATS at {self.url}: {what} failed: {exc}") from exc
-            raise BackendError(f"NATS at {self.url}: {what} failed: {exc}") from exc
+                raise BackendUnavailableError(f"NATS at {self.shown}: {what} failed: {exc}") from exc
+            raise BackendError(f"NATS at {self.shown}: {what} failed: {exc}") from exc
         except _UNAVAILABLE as exc:
             raise BackendUnavailableError(
-                f"NATS at {self.url}: {what} failed ({type(exc).__name__}: {exc}); the client reconnects "
+                f"NATS at {self.shown}: {what} failed ({type(exc).__name__}: {exc}); the client reconnects "
                 "by itself. Fix: check that nats-server runs with JetStream (-js)"
             ) from exc
         except nats.errors.Error as exc:
-            raise BackendError(f"NATS at {self.url}: {what} failed: {exc}") from exc
+            raise BackendError(f"NATS at {self.shown}: {what} failed: {exc}") from exc
 
     async def _connected(self) -> Any:
         if self._nc is not None and not self._nc.is_closed:
@@ -248,14 +255,14 @@ class NatsStreamBackend(CheckedRead):
                     asyncio.open_connection(parts.hostname or "127.0.0.1", parts.port or 4222), 2.0
                 )
             except (OSError, TimeoutError) as exc:
-                errors.append(f"{parts.netloc}: {exc or type(exc).__name__}")
+                errors.append(f"{safe_url(server)}: {exc or type(exc).__name__}")
                 continue
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
             return
         raise BackendUnavailableError(
-            f"cannot reach NATS at {self.url} ({'; '.join(errors)}). Fix: start nats-server with "
+            f"cannot reach NATS at {self.shown} ({'; '.join(errors)}). Fix: start nats-server with "
             "JetStream (nats-server -js), or point the stream URL at a running one"
         )
 
@@ -804,7 +811,7 @@ class NatsStreamBackend(CheckedRead):
                 live[consumer] = now + ttl
                 if await self._swap(stream, f"members.{group}", live, seq):
                     return sorted(live)
-            raise BackendUnavailableError(f"NATS at {self.url}: join {group!r} kept conflicting; retry")
+            raise BackendUnavailableError(f"NATS at {self.shown}: join {group!r} kept conflicting; retry")
 
         return self._call(run, "join")
 

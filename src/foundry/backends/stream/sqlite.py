@@ -64,6 +64,7 @@ from foundry.backends.stream.base import (
     unknown_group,
     unknown_stream,
 )
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, DeclarationError
 from foundry.traits import parse_duration
 
@@ -122,7 +123,7 @@ def _parse_poll(url: str, raw: str | None) -> float | None:
     if raw is None:
         return None
     try:
-        poll = parse_duration(raw, unit=f"stream URL {url!r}", field_name="poll")
+        poll = parse_duration(raw, unit=f"stream URL {safe_url(url)!r}", field_name="poll")
     except DeclarationError as exc:
         poll = -1.0
         cause: Exception | None = exc
@@ -130,7 +131,8 @@ def _parse_poll(url: str, raw: str | None) -> float | None:
         cause = None
     if poll <= 0:
         raise ConfigError(
-            f"stream URL {url!r}: poll={raw!r} is not a positive duration. Fix: e.g. poll=1s or poll=20ms"
+            f"stream URL {safe_url(url)!r}: poll={raw!r} is not a positive duration. "
+            "Fix: e.g. poll=1s or poll=20ms"
         ) from cause
     return poll
 
@@ -142,12 +144,12 @@ def _parse(url: str) -> tuple[Path, str, float | None, bool]:
     unknown = set(options) - {"synchronous", "poll"}
     if unknown:
         raise ConfigError(
-            f"stream URL {url!r}: unknown option(s) {sorted(unknown)}. Fix: the sqlite stream "
+            f"stream URL {safe_url(url)!r}: unknown option(s) {sorted(unknown)}. Fix: the sqlite stream "
             "takes only ?synchronous=normal|full and ?poll=<duration>"
         )
     sync = options.get("synchronous", "normal").lower()
     if sync not in ("normal", "full"):
-        raise ConfigError(f"stream URL {url!r}: synchronous={sync!r}. Fix: use normal or full")
+        raise ConfigError(f"stream URL {safe_url(url)!r}: synchronous={sync!r}. Fix: use normal or full")
     poll = _parse_poll(url, options.get("poll"))
     if scheme == "memory":
         fd, name = tempfile.mkstemp(prefix="foundry-stream-", suffix=".db")
@@ -157,7 +159,7 @@ def _parse(url: str) -> tuple[Path, str, float | None, bool]:
     path = raw[1:] if raw.startswith("/") else raw
     if not path:
         raise ConfigError(
-            f"stream URL {url!r} names no file. Fix: sqlite:///stream.db (relative) or "
+            f"stream URL {safe_url(url)!r} names no file. Fix: sqlite:///stream.db (relative) or "
             "sqlite:////var/lib/app/stream.db (absolute)"
         )
     return Path(path), sync, poll, False
@@ -177,12 +179,13 @@ class SqliteStreamBackend(CheckedRead):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.shown = safe_url(url)  # for messages: the password masked (there is none today)
         self.path, self._sync, self._poll, self._temporary = _parse(url)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(
-                f"stream URL {url!r}: cannot create directory {self.path.parent} ({exc}). "
+                f"stream URL {safe_url(url)!r}: cannot create directory {self.path.parent} ({exc}). "
                 "Fix: point it at a writable directory"
             ) from exc
         self._local = threading.local()
@@ -203,7 +206,7 @@ class SqliteStreamBackend(CheckedRead):
         if conn is not None:
             return conn
         if self._closed:
-            raise BackendError(f"stream backend {self.url} is closed. Fix: open a new one")
+            raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
