@@ -15,7 +15,9 @@ the source of truth, and on other systems it is all there is.
 :class:`Wakeups` is what a backend with waiters uses: one counter and condition per
 process and file, bumped by this process's own commits (at once) and by the other
 processes' rings (through a listener thread that runs while somebody waits). The queue
-keeps its own watcher, which also looks at ``PRAGMA data_version``.
+keeps its own watcher, which also looks at ``PRAGMA data_version``. The PostgreSQL
+journal hears the other processes through ``LISTEN`` instead of the bell (its
+``_Listening`` subclass).
 """
 
 from __future__ import annotations
@@ -219,6 +221,15 @@ class Wakeups:
             with self._bell_lock:
                 bell.ring()
 
+    def idle(self) -> bool:
+        """Whether nobody has waited for ``idle`` seconds, or :meth:`close` was called (a
+        listener of other processes' commits may stop)."""
+        with self._cond:
+            return self._closed or self._idle_now()
+
+    def _idle_now(self) -> bool:
+        return self._waiting == 0 and time.monotonic() - self._last_use > self._idle
+
     def _listen(self, bell: Doorbell, sock: socket.socket) -> None:
         while True:
             try:
@@ -230,8 +241,7 @@ class Wakeups:
                     bell.drain()
                 self.notify()
             with self._cond:
-                idle = self._waiting == 0 and time.monotonic() - self._last_use > self._idle
-                if self._closed or idle:
+                if self._closed or self._idle_now():
                     with self._bell_lock:
                         bell.stop_listening()
                     self._thread = None

@@ -1,25 +1,26 @@
 """Plumbing shared by the SQL engines of the queue (``queue/_sql.py``, ``sqlite.py``,
 ``postgres.py``) and of the workflow journal (``journal/_sql.py``, ``sqlite.py``,
 ``postgres.py``): statement text rewritten once per statement, the bounded connection
-pool they build, driver errors mapped to Foundry's, the SQLite file a URL names, and
-PostgreSQL connections (psycopg 3). Nothing here knows jobs or workflows, and nothing
-here imports a database driver: the engines hand theirs in.
+pool they build, driver errors mapped to Foundry's, the SQLite file a URL names,
+PostgreSQL connections (psycopg 3) and the ``LISTEN`` thread that turns PostgreSQL's
+notifications into wake-ups. Nothing here knows jobs or workflows, and nothing here
+imports a database driver: the engines hand theirs in.
 
 ``what`` in the messages below names the backend and its URL (``"queue sqlite:///q.db"``,
-``"journal postgresql://app:***@db/app"``), so every message says which store it is
-about; its password masked (:func:`~foundry.config.safe_url`), like ``SqlEngine.shown``.
+``"journal postgresql://…"``), so every message says which store it is about.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 from foundry.backends.journal._pool import Pool
-from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 C = TypeVar("C")
@@ -33,8 +34,7 @@ class SqlEngine:
     placeholder: ClassVar[str] = "?"  # what ``?`` becomes for this engine's driver
 
     def __init__(self, url: str, names: Mapping[str, str]) -> None:
-        self.url = url  # to connect with; messages, logs and reprs show ``shown``
-        self.shown = safe_url(url)
+        self.url = url
         self._names = dict(names)
         self._sql_cache: dict[str, str] = {}
 
@@ -54,7 +54,7 @@ class SqlEngine:
         return out
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.shown}>"
+        return f"<{type(self).__name__} {self.url}>"
 
 
 def _close(conn: Any) -> None:
@@ -87,7 +87,7 @@ def sqlite_file(url: str, kind: str) -> str:
     path = raw[1:] if raw.startswith("/") else raw
     if not path:
         raise ConfigError(
-            f"{kind} URL {safe_url(url)!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
+            f"{kind} URL {url!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
             f"sqlite:////var/lib/app/{kind}.db (absolute)"
         )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -138,3 +138,109 @@ class Postgres:
         if isinstance(exc, psycopg.Error):
             return BackendError(f"{self.what}: PostgreSQL failed ({type(exc).__name__}: {exc})")
         return None
+
+
+class PgListener:
+    """One ``LISTEN`` connection on one channel, read by a daemon thread.
+
+    :meth:`start` starts the thread unless it runs. Each notification calls
+    ``heard(payload)``. ``missed()`` is called once listening starts (or starts again after
+    a lost connection) and when the connection is lost, since whatever was sent while
+    nobody listened is gone: the owner's waiters should look again. A lost connection
+    (a server restart) is reconnected with back-off (0.1 s doubling to 2 s). Every
+    ``tick`` seconds the thread asks ``keep()``: ``False`` ends it (until the next
+    :meth:`start`), so a process that stopped waiting holds no connection. :meth:`stop`
+    ends it for good; ``wake`` (e.g. a ``pg_notify`` on the channel) cuts its last tick
+    short.
+    """
+
+    def __init__(
+        self,
+        pg: Postgres,
+        channel: str,
+        *,
+        heard: Callable[[str], None],
+        missed: Callable[[], None],
+        keep: Callable[[], bool] = lambda: True,
+        name: str,
+        log: logging.Logger,
+        tick: float = 1.0,
+    ) -> None:
+        self._pg = pg
+        self.channel = channel
+        self._heard = heard
+        self._missed = missed
+        self._keep = keep
+        self._name = name
+        self._log = log
+        self._tick = tick
+        self._lock = threading.Lock()  # guards _thread: a start never races an idle exit
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        """Listen, unless already listening or stopped (the thread connects on its own)."""
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+
+    def stop(self, wake: Callable[[], None] | None = None, timeout: float = 5.0) -> None:
+        """Stop for good; ``wake`` is called to cut the thread's wait short."""
+        self._stop.set()
+        with self._lock:
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return
+        if wake is not None:
+            try:
+                wake()
+            except Exception:  # the thread still sees the flag within a tick
+                pass
+        thread.join(timeout)
+
+    def _idle_exit(self) -> bool:
+        """Under the lock: end the thread when stopped or no longer wanted."""
+        with self._lock:
+            if self._stop.is_set() or not self._keep():
+                self._thread = None
+                return True
+            return False
+
+    def _run(self) -> None:
+        psycopg, pause = self._pg.psycopg, 0.1
+        what = self._pg.what
+        while not self._idle_exit():
+            try:
+                conn = psycopg.connect(self._pg.conninfo, autocommit=True)
+            except psycopg.Error as exc:
+                self._log.warning("%s: listener cannot connect (%s); retrying in %.1fs", what, exc, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            try:
+                conn.execute(f'LISTEN "{self.channel}"')
+                pause = 0.1
+                self._missed()  # anything sent while nobody listened: look again
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=self._tick):
+                        if self._stop.is_set():
+                            break
+                        self._heard(note.payload)
+                    if self._idle_exit():
+                        return
+            except psycopg.Error as exc:
+                if not self._stop.is_set():
+                    self._log.warning("%s: listener lost its connection (%s); reconnecting", what, exc)
+                    self._missed()
+                    self._stop.wait(pause)
+                    pause = min(pause * 2, 2.0)
+            finally:
+                conn.close()

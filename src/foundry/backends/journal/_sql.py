@@ -32,7 +32,6 @@ from foundry.backends.journal.base import (
     WorkflowState,
     WorkflowStatus,
 )
-from foundry.config import safe_url
 from foundry.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -204,11 +203,19 @@ def entry_params(workflow_id: str, e: Entry) -> tuple[Any, ...]:
 class Cursor:
     """One connection inside one transaction (or autocommit), qmark SQL."""
 
-    __slots__ = ("conn", "journal")
+    __slots__ = ("conn", "journal", "rang")
 
     def __init__(self, journal: SqlJournal, conn: Any) -> None:
         self.journal = journal
         self.conn = conn
+        self.rang = False
+
+    def ring(self) -> None:
+        """This session's commit may end a wait: the waiters are woken once it commits.
+        In a transaction, an engine that tells other processes (PostgreSQL's ``NOTIFY``)
+        does so in the commit; an autocommit statement must carry it itself
+        (:meth:`SqlJournal._told`)."""
+        self.rang = True
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         cur = self.conn.execute(self.journal._sql(sql), params)
@@ -250,12 +257,13 @@ class Session:
     """Check a connection out of the pool, open (and commit or roll back) a transaction,
     map driver errors — one context manager on the hot path instead of three."""
 
-    __slots__ = ("conn", "journal", "transaction")
+    __slots__ = ("conn", "cursor", "journal", "transaction")
 
     def __init__(self, journal: SqlJournal, *, transaction: bool) -> None:
         self.journal = journal
         self.transaction = transaction
         self.conn: Any = None
+        self.cursor: Cursor | None = None
 
     def __enter__(self) -> Cursor:
         journal = self.journal
@@ -268,14 +276,16 @@ class Session:
                 journal._pool.release(self.conn, check=True)
             journal._raise_mapped(exc)
             raise
-        return Cursor(journal, self.conn)
+        self.cursor = Cursor(journal, self.conn)
+        return self.cursor
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
         journal, conn = self.journal, self.conn
         failure = error
+        rang = self.cursor is not None and self.cursor.rang
         if self.transaction:
             try:
-                conn.execute("COMMIT" if error is None else "ROLLBACK")
+                conn.execute(("COMMIT" if not rang else journal.commit_told) if error is None else "ROLLBACK")
             except Exception as exc:
                 if error is None:
                     failure = exc
@@ -288,6 +298,8 @@ class Session:
             journal._raise_mapped(failure)
             if error is None:  # the commit itself failed
                 raise failure
+        elif rang:
+            journal.changes.ring()
         # returning None lets the body's own exception propagate unchanged
 
 
@@ -310,8 +322,13 @@ class SqlJournal(SqlEngine):
         super().__init__(url, {"{wf}": self.wf, "{en}": self.entries, "{sg}": self.sigs})
         self._lock = threading.Lock()
         # This process's commits wake its waiters; an engine that can reach other
-        # processes' waiters (SQLite's doorbell) replaces it.
+        # processes' waiters (SQLite's doorbell, PostgreSQL's LISTEN) replaces it.
         self.changes: Wakeups = Wakeups(None)
+        # An engine that tells other processes in the commit itself (PostgreSQL) sets
+        # these: the statement that commits a transaction that rang, and an expression an
+        # autocommit statement that rings returns (see ``_told``).
+        self.commit_told = "COMMIT"
+        self.tell_sql: str | None = None
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -343,13 +360,23 @@ class SqlJournal(SqlEngine):
     def _prepare_schema(self, c: Cursor) -> None:
         """Engine hook run first in the schema transaction."""
 
+    def _told(self, returning: str = "", *, when: str | None = None) -> str:
+        """The ``RETURNING`` clause of an autocommit statement that rings: ``returning``
+        (columns, or empty) and, on an engine that tells other processes, its notification
+        — for each row written, or only for those where ``when`` holds — so the statement's
+        own commit carries it."""
+        cols = [returning] if returning else []
+        if self.tell_sql is not None:
+            cols.append(self.tell_sql if when is None else f"CASE WHEN {when} THEN {self.tell_sql} END")
+        return f" RETURNING {', '.join(cols)}" if cols else ""
+
     def _now(self) -> float:
         return self.clock.time()
 
     def _fenced(self, c: Cursor, workflow_id: str, token: int, what: str) -> LeaseLostError | NotFoundError:
         row = c.one("SELECT token FROM {wf} WHERE id = ?", (workflow_id,))
         if row is None:
-            return NotFoundError(f"no workflow with id {workflow_id!r} in journal {self.shown}")
+            return NotFoundError(f"no workflow with id {workflow_id!r} in journal {self.url}")
         return LeaseLostError(
             f"workflow {workflow_id!r}: lease token {token} is stale (now {row[0]}); another worker "
             f"claimed it, so this run's {what} was not recorded and the run stops. Fix: nothing to do "
@@ -393,7 +420,7 @@ class SqlJournal(SqlEngine):
                     "INSERT INTO {wf} (id, name, status, codec, args, parent_id, parent_pos, owner, token, "
                     "lease_until, wake_at, cancel_requested, compensation, claims, wakeups, "
                     "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, 0, ?, ?) "
-                    "ON CONFLICT (id) DO NOTHING",
+                    "ON CONFLICT (id) DO NOTHING" + ("" if claimed else self._told()),
                     (
                         wf.id,
                         wf.name,
@@ -415,8 +442,8 @@ class SqlJournal(SqlEngine):
             if not created:
                 row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (wf.id,))
                 return Started(state_from_row(row), created=False, claim=None)
-        if not claimed:
-            self.changes.ring()  # a new claimable workflow: wake the workers
+            if not claimed:
+                c.ring()  # a new claimable workflow: wake the workers
         state = WorkflowState(
             id=wf.id,
             name=wf.name,
@@ -531,7 +558,7 @@ class SqlJournal(SqlEngine):
             row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (workflow_id,))
             if row is None:
                 raise NotFoundError(
-                    f"no workflow with id {workflow_id!r} in journal {self.shown}. "
+                    f"no workflow with id {workflow_id!r} in journal {self.url}. "
                     "Fix: check the id with `foundry workflows list`"
                 )
             rows = c.all(
@@ -564,7 +591,7 @@ class SqlJournal(SqlEngine):
                     # restart): its writes and this transaction are gone, nothing was
                     # recorded. An outage for the run to ride out, not the step's failure.
                     raise BackendUnavailableError(
-                        f"journal {self.shown}: the connection was lost during a transactional step "
+                        f"journal {self.url}: the connection was lost during a transactional step "
                         f"({exc!r}); nothing of it was committed. Fix: usually transient (a restart); "
                         "the run retries the step"
                     ) from exc
@@ -577,7 +604,7 @@ class SqlJournal(SqlEngine):
         """Raise if the step committed or rolled back the journal's transaction itself."""
         if not self._in_transaction(c.conn):
             raise SubmitError(
-                f"journal {self.shown}: a transactional step committed or rolled back the journal's "
+                f"journal {self.url}: a transactional step committed or rolled back the journal's "
                 "transaction itself, so its writes are no longer atomic with its record. Fix: never "
                 "commit or roll back on tx (or tx.raw); raise an exception to roll back"
             )
@@ -626,23 +653,24 @@ class SqlJournal(SqlEngine):
             row = c.one(
                 "UPDATE {wf} SET status = 'waiting', owner = NULL, lease_until = 0, "
                 "wake_at = CASE WHEN wakeups <> ? THEN 0 ELSE ? END, current_step = ?, "
-                "step_started_at = ?, updated_at = ? WHERE id = ? AND token = ? RETURNING wake_at",
+                "step_started_at = ?, updated_at = ? WHERE id = ? AND token = ?"
+                + self._told("wake_at", when="wake_at <= updated_at"),
                 (seen_wakeups, wake_at, current_step, now, now, workflow_id, token),
             )
             if row is None:
                 raise self._fenced(c, workflow_id, token, "suspension")
-        if float(row[0]) <= now:
-            self.changes.ring()  # woken while it parked: claimable at once
+            if float(row[0]) <= now:
+                c.ring()  # woken while it parked: claimable at once
 
     def release(self, workflow_id: str, token: int) -> bool:
         with self._auto() as c:
             n = c.run(
                 "UPDATE {wf} SET owner = NULL, lease_until = 0, updated_at = ? WHERE id = ? AND token = ? "
-                f"AND status IN {_ACTIVE_SQL}",
+                f"AND status IN {_ACTIVE_SQL}" + self._told(),
                 (self._now(), workflow_id, token),
             )
-        if n > 0:
-            self.changes.ring()  # handed back: claimable at once
+            if n > 0:
+                c.ring()  # handed back: claimable at once
         return n > 0
 
     def set_compensating(self, workflow_id: str, token: int) -> None:
@@ -696,7 +724,7 @@ class SqlJournal(SqlEngine):
                     ),
                 )
                 self._wake(c, [parent_id], now)
-        self.changes.ring()  # its result, and its parent
+            c.ring()  # its result, and its parent
         return True
 
     def _wake(self, c: Cursor, ids: Sequence[str], now: float, *, cancel: bool = False) -> None:
@@ -712,7 +740,7 @@ class SqlJournal(SqlEngine):
         row = c.one("SELECT status FROM {wf} WHERE id = ?", (workflow_id,))
         if row is None:
             raise NotFoundError(
-                f"no workflow with id {workflow_id!r} in journal {self.shown}. "
+                f"no workflow with id {workflow_id!r} in journal {self.url}. "
                 "Fix: check the id with `foundry workflows list`"
             )
         return str(row[0])
@@ -732,7 +760,7 @@ class SqlJournal(SqlEngine):
                 (workflow_id, name, payload, now),
             )
             self._wake(c, [workflow_id], now)
-        self.changes.ring()
+            c.ring()
         return int(row[0])
 
     def request_cancel(self, workflow_id: str) -> bool:
@@ -751,7 +779,7 @@ class SqlJournal(SqlEngine):
                         tuple(ids),
                     )
                 ]
-        self.changes.ring()
+            c.ring()
         return True
 
     def get(self, workflow_id: str) -> WorkflowState | None:
@@ -818,12 +846,10 @@ def parse_url(url: str) -> tuple[SplitResult, dict[str, list[str]], str, int]:
     prefix = query.get("prefix", ["foundry_"])[-1]
     if not prefix.replace("_", "").isalnum() or prefix[0].isdigit():
         raise ConfigError(
-            f"journal URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (not "
-            "starting with a digit). Fix: e.g. prefix=myapp_"
+            f"journal URL {url!r}: prefix={prefix!r} must be letters, digits and _ (not starting with "
+            "a digit). Fix: e.g. prefix=myapp_"
         )
     raw = query.get("pool", ["8"])[-1]
     if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(
-            f"journal URL {safe_url(url)!r}: pool={raw!r} must be a whole number ≥ 1. Fix: e.g. pool=8"
-        )
+        raise ConfigError(f"journal URL {url!r}: pool={raw!r} must be a whole number ≥ 1. Fix: e.g. pool=8")
     return parts, query, prefix, int(raw)

@@ -10,20 +10,36 @@ Claims use ``FOR UPDATE SKIP LOCKED`` (workers never wait on each other's claims
 step's record is one statement that checks the lease token and writes the entry, so
 it costs one round trip and one commit. A transactional step holds a lock on its
 workflow's row only, so other workflows proceed while it runs.
+
+A commit that may end another process's wait (a workflow enqueued for the workers, a
+signal, a cancellation request, a hand-back, a finish) sends one ``NOTIFY`` on the
+journal's channel (named after its schema and prefix) inside that commit — with the
+``COMMIT`` in one round trip, or returned by the autocommit statement itself — so it is
+delivered only if the commit happens. A process that waits (a worker, a caller's
+``handle.result()``, a parked signal wait) listens on one connection, opened by a thread
+when it first waits and closed after 2 s without a waiter; the notifications wake its
+waiters at once, so ``changes.cross_process`` is true here. A server restart breaks that
+connection: the thread reconnects with back-off and wakes everyone to look again. The
+polls stay as safety nets (a worker's ``poll``, a result waiter's look once a second).
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
 import zlib
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from foundry.backends._sql_common import Postgres
+from foundry.backends._doorbell import Wakeups
+from foundry.backends._sql_common import PgListener, Postgres
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
-from foundry.config import safe_url
 from foundry.errors import ConfigError
 
 __all__ = ["PostgresJournal"]
+
+log = logging.getLogger("foundry.journal.postgres")
 
 
 _OWN_OPTIONS = ("schema", "prefix", "pool")
@@ -38,6 +54,43 @@ _RECORD = (
     f"{ON_CONFLICT} RETURNING 1) "
     "SELECT (SELECT cancel_requested FROM w), (SELECT count(*) FROM ins)"
 )
+
+
+class _Listening(Wakeups):
+    """This process's commits wake its waiters at once; the other processes' reach them
+    through ``LISTEN``, on a connection held while somebody waits (see the module
+    docstring). ``token`` marks this journal's own notifications, which are no news."""
+
+    def __init__(self, pg: Postgres, channel: str, token: str, wake: Callable[[], None]) -> None:
+        super().__init__(None)
+        self._token = token
+        self._wake = wake
+        self._listener = PgListener(
+            pg,
+            channel,
+            heard=self._heard,
+            missed=self.notify,
+            keep=lambda: not self.idle(),
+            name="foundry-journal-listen",
+            log=log,
+        )
+
+    @property
+    def cross_process(self) -> bool:
+        return not self._listener.stopped
+
+    def mark(self) -> int:
+        mark = super().mark()
+        self._listener.start()  # its first LISTEN wakes this waiter to look again
+        return mark
+
+    def _heard(self, payload: str) -> None:
+        if payload != self._token:
+            self.notify()
+
+    def close(self, *, remove: bool = False) -> None:
+        super().close(remove=remove)
+        self._listener.stop(wake=self._wake)
 
 
 class PostgresJournal(SqlJournal):
@@ -63,19 +116,22 @@ class PostgresJournal(SqlJournal):
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
-                f"journal URL {safe_url(url)!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
+                f"journal URL {url!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
             ) from exc
         self._psycopg = psycopg
         parts, query, prefix, size = parse_url(url)
         super().__init__(url, prefix=prefix, clock=clock)
         self.schema = query.get("schema", ["public"])[-1]
         if not self.schema.replace("_", "").isalnum():
-            raise ConfigError(
-                f"journal URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _"
-            )
+            raise ConfigError(f"journal URL {url!r}: schema={self.schema!r} must be letters, digits and _")
         rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"journal {safe_url(url)}", parts, rest, self.schema)
+        self._pg = Postgres(psycopg, f"journal {url}", parts, rest, self.schema)
         self._pool = self._pg.pool(size)
+        self.channel = f"foundry_j_{zlib.crc32(f'{self.schema}.{self.wf}'.encode()):08x}"
+        token = secrets.token_hex(6)  # names this journal's own notifications
+        self.commit_told = f"NOTIFY \"{self.channel}\", '{token}'; COMMIT"
+        self.tell_sql = f"pg_notify('{self.channel}', '{token}')"
+        self.changes = _Listening(self._pg, self.channel, token, self._wake_listener)
         self._create_schema()
 
     def _prepare_schema(self, c: Cursor) -> None:
@@ -108,6 +164,11 @@ class PostgresJournal(SqlJournal):
             existing = self._entry_at(c, workflow_id, pos)
         assert existing is not None
         return Recorded(existing, written=False, cancel_requested=bool(row[0]))
+
+    def _wake_listener(self) -> None:
+        """Cut the listener's wait short on close, rather than at its next tick."""
+        with self._auto() as c:
+            c.conn.execute("SELECT pg_notify(%s, '')", (self.channel,))
 
     def close(self) -> None:
         self.changes.close()

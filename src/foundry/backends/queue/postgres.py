@@ -22,16 +22,14 @@ back-off and then wakes everyone to look again.
 from __future__ import annotations
 
 import logging
-import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends._sql_common import Postgres
+from foundry.backends._sql_common import PgListener, Postgres
 from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
-from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["PostgresQueue"]
@@ -93,7 +91,7 @@ class PostgresQueue(SqlQueue):
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
-                f'queue URL {safe_url(url)!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
+                f'queue URL {url!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
             ) from exc
         self._psycopg = psycopg
         parts, query, prefix = parse_url(url, _OWN_OPTIONS)
@@ -101,17 +99,21 @@ class PostgresQueue(SqlQueue):
         self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigError(
-                f"queue URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _. "
-                "Fix: e.g. ?schema=myapp"
+                f"queue URL {url!r}: schema={self.schema!r} must be letters, digits and _. Fix: e.g. "
+                "?schema=myapp"
             )
         rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"queue {safe_url(url)}", parts, rest, self.schema)
+        self._pg = Postgres(psycopg, f"queue {url}", parts, rest, self.schema)
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
         self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
-        self._listener: threading.Thread | None = None
-        self._listen_conn: Any = None
-        self._listen_lock = threading.Lock()
-        self._stop = threading.Event()
+        self._listener = PgListener(
+            self._pg,
+            self.channel,
+            heard=self.signals.bump,
+            missed=self.signals.bump_all,
+            name="foundry-queue-listen",
+            log=log,
+        )
         try:
             self._create_schema()
         except BaseException:
@@ -151,7 +153,7 @@ class PostgresQueue(SqlQueue):
 
     def _write(self, fn: Callable[[Any], T]) -> T:
         if self._closed:
-            raise BackendError(f"queue {self.shown} is closed. Fix: do not use a queue backend after close()")
+            raise BackendError(f"queue {self.url} is closed. Fix: do not use a queue backend after close()")
         for attempt in range(2):
             with self._pool.connection() as conn:
                 try:
@@ -204,60 +206,18 @@ class PostgresQueue(SqlQueue):
 
     @contextmanager
     def _watch(self) -> Iterator[None]:
-        if self._listener is None:
-            with self._listen_lock:
-                if self._listener is None and not self._stop.is_set():
-                    self._listener = threading.Thread(
-                        target=self._listen, name="foundry-queue-listen", daemon=True
-                    )
-                    self._listener.start()
+        self._listener.start()
         yield
-
-    def _listen(self) -> None:
-        pause = 0.1
-        while not self._stop.is_set():
-            try:
-                conn = self._psycopg.connect(self._pg.conninfo, autocommit=True)
-            except self._psycopg.Error as exc:
-                log.warning(
-                    "queue %s: listener cannot connect (%s); retrying in %.1fs", self.shown, exc, pause
-                )
-                self._stop.wait(pause)
-                pause = min(pause * 2, 2.0)
-                continue
-            try:
-                with self._listen_lock:
-                    self._listen_conn = conn
-                conn.execute(f'LISTEN "{self.channel}"')
-                pause = 0.1
-                self.signals.bump_all()  # anything sent while we were not listening: look again
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=1.0):
-                        if self._stop.is_set():
-                            break
-                        self.signals.bump(note.payload)
-            except self._psycopg.Error as exc:
-                if not self._stop.is_set():
-                    log.warning("queue %s: listener lost its connection (%s); reconnecting", self.shown, exc)
-                    self.signals.bump_all()
-                    self._stop.wait(pause)
-            finally:
-                with self._listen_lock:
-                    self._listen_conn = None
-                conn.close()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
         self.signals.bump_all()
-        listener = self._listener
-        if listener is not None:
-            try:  # wake the listener now rather than at its next timeout
-                with self._pool.connection() as conn:
-                    conn.execute("SELECT pg_notify(%s, %s)", (self.channel, "stop"))
-            except Exception:
-                pass
-            listener.join(5.0)
+        self._listener.stop(wake=self._wake_listener)
         self._pool.close()
+
+    def _wake_listener(self) -> None:
+        """Cut the listener's wait short, rather than at its next tick."""
+        with self._pool.connection() as conn:
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, "stop"))
