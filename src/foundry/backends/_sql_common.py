@@ -7,7 +7,8 @@ notifications into wake-ups. Nothing here knows jobs or workflows, and nothing h
 imports a database driver: the engines hand theirs in.
 
 ``what`` in the messages below names the backend and its URL (``"queue sqlite:///q.db"``,
-``"journal postgresql://…"``), so every message says which store it is about.
+``"journal postgresql://app:***@db/app"``), so every message says which store it is
+about; its password masked (:func:`~foundry.config.safe_url`), like ``SqlEngine.shown``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
 from foundry.backends.journal._pool import Pool
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 C = TypeVar("C")
@@ -34,7 +36,8 @@ class SqlEngine:
     placeholder: ClassVar[str] = "?"  # what ``?`` becomes for this engine's driver
 
     def __init__(self, url: str, names: Mapping[str, str]) -> None:
-        self.url = url
+        self.url = url  # to connect with; messages, logs and reprs show ``shown``
+        self.shown = safe_url(url)
         self._names = dict(names)
         self._sql_cache: dict[str, str] = {}
 
@@ -54,7 +57,7 @@ class SqlEngine:
         return out
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url}>"
+        return f"<{type(self).__name__} {self.shown}>"
 
 
 def _close(conn: Any) -> None:
@@ -87,7 +90,7 @@ def sqlite_file(url: str, kind: str) -> str:
     path = raw[1:] if raw.startswith("/") else raw
     if not path:
         raise ConfigError(
-            f"{kind} URL {url!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
+            f"{kind} URL {safe_url(url)!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
             f"sqlite:////var/lib/app/{kind}.db (absolute)"
         )
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from foundry.backends.journal.base import (
     WorkflowState,
     WorkflowStatus,
 )
+from foundry.config import safe_url
 from foundry.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -376,7 +377,7 @@ class SqlJournal(SqlEngine):
     def _fenced(self, c: Cursor, workflow_id: str, token: int, what: str) -> LeaseLostError | NotFoundError:
         row = c.one("SELECT token FROM {wf} WHERE id = ?", (workflow_id,))
         if row is None:
-            return NotFoundError(f"no workflow with id {workflow_id!r} in journal {self.url}")
+            return NotFoundError(f"no workflow with id {workflow_id!r} in journal {self.shown}")
         return LeaseLostError(
             f"workflow {workflow_id!r}: lease token {token} is stale (now {row[0]}); another worker "
             f"claimed it, so this run's {what} was not recorded and the run stops. Fix: nothing to do "
@@ -558,7 +559,7 @@ class SqlJournal(SqlEngine):
             row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (workflow_id,))
             if row is None:
                 raise NotFoundError(
-                    f"no workflow with id {workflow_id!r} in journal {self.url}. "
+                    f"no workflow with id {workflow_id!r} in journal {self.shown}. "
                     "Fix: check the id with `foundry workflows list`"
                 )
             rows = c.all(
@@ -591,7 +592,7 @@ class SqlJournal(SqlEngine):
                     # restart): its writes and this transaction are gone, nothing was
                     # recorded. An outage for the run to ride out, not the step's failure.
                     raise BackendUnavailableError(
-                        f"journal {self.url}: the connection was lost during a transactional step "
+                        f"journal {self.shown}: the connection was lost during a transactional step "
                         f"({exc!r}); nothing of it was committed. Fix: usually transient (a restart); "
                         "the run retries the step"
                     ) from exc
@@ -604,7 +605,7 @@ class SqlJournal(SqlEngine):
         """Raise if the step committed or rolled back the journal's transaction itself."""
         if not self._in_transaction(c.conn):
             raise SubmitError(
-                f"journal {self.url}: a transactional step committed or rolled back the journal's "
+                f"journal {self.shown}: a transactional step committed or rolled back the journal's "
                 "transaction itself, so its writes are no longer atomic with its record. Fix: never "
                 "commit or roll back on tx (or tx.raw); raise an exception to roll back"
             )
@@ -740,7 +741,7 @@ class SqlJournal(SqlEngine):
         row = c.one("SELECT status FROM {wf} WHERE id = ?", (workflow_id,))
         if row is None:
             raise NotFoundError(
-                f"no workflow with id {workflow_id!r} in journal {self.url}. "
+                f"no workflow with id {workflow_id!r} in journal {self.shown}. "
                 "Fix: check the id with `foundry workflows list`"
             )
         return str(row[0])
@@ -846,10 +847,12 @@ def parse_url(url: str) -> tuple[SplitResult, dict[str, list[str]], str, int]:
     prefix = query.get("prefix", ["foundry_"])[-1]
     if not prefix.replace("_", "").isalnum() or prefix[0].isdigit():
         raise ConfigError(
-            f"journal URL {url!r}: prefix={prefix!r} must be letters, digits and _ (not starting with "
-            "a digit). Fix: e.g. prefix=myapp_"
+            f"journal URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (not "
+            "starting with a digit). Fix: e.g. prefix=myapp_"
         )
     raw = query.get("pool", ["8"])[-1]
     if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"journal URL {url!r}: pool={raw!r} must be a whole number ≥ 1. Fix: e.g. pool=8")
+        raise ConfigError(
+            f"journal URL {safe_url(url)!r}: pool={raw!r} must be a whole number ≥ 1. Fix: e.g. pool=8"
+        )
     return parts, query, prefix, int(raw)

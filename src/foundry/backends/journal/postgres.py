@@ -35,6 +35,7 @@ from foundry.backends._doorbell import Wakeups
 from foundry.backends._sql_common import PgListener, Postgres
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
+from foundry.config import safe_url
 from foundry.errors import ConfigError
 
 __all__ = ["PostgresJournal"]
@@ -116,16 +117,18 @@ class PostgresJournal(SqlJournal):
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
-                f"journal URL {url!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
+                f"journal URL {safe_url(url)!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
             ) from exc
         self._psycopg = psycopg
         parts, query, prefix, size = parse_url(url)
         super().__init__(url, prefix=prefix, clock=clock)
         self.schema = query.get("schema", ["public"])[-1]
         if not self.schema.replace("_", "").isalnum():
-            raise ConfigError(f"journal URL {url!r}: schema={self.schema!r} must be letters, digits and _")
+            raise ConfigError(
+                f"journal URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _"
+            )
         rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"journal {url}", parts, rest, self.schema)
+        self._pg = Postgres(psycopg, f"journal {safe_url(url)}", parts, rest, self.schema)
         self._pool = self._pg.pool(size)
         self.channel = f"foundry_j_{zlib.crc32(f'{self.schema}.{self.wf}'.encode()):08x}"
         token = secrets.token_hex(6)  # names this journal's own notifications

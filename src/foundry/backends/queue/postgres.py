@@ -30,6 +30,7 @@ from typing import Any, ClassVar, TypeVar
 from foundry.backends._sql_common import PgListener, Postgres
 from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
+from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["PostgresQueue"]
@@ -91,7 +92,7 @@ class PostgresQueue(SqlQueue):
             import psycopg
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
-                f'queue URL {url!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
+                f'queue URL {safe_url(url)!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
             ) from exc
         self._psycopg = psycopg
         parts, query, prefix = parse_url(url, _OWN_OPTIONS)
@@ -99,11 +100,11 @@ class PostgresQueue(SqlQueue):
         self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigError(
-                f"queue URL {url!r}: schema={self.schema!r} must be letters, digits and _. Fix: e.g. "
-                "?schema=myapp"
+                f"queue URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _. "
+                "Fix: e.g. ?schema=myapp"
             )
         rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"queue {url}", parts, rest, self.schema)
+        self._pg = Postgres(psycopg, f"queue {safe_url(url)}", parts, rest, self.schema)
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
         self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
         self._listener = PgListener(
@@ -153,7 +154,7 @@ class PostgresQueue(SqlQueue):
 
     def _write(self, fn: Callable[[Any], T]) -> T:
         if self._closed:
-            raise BackendError(f"queue {self.url} is closed. Fix: do not use a queue backend after close()")
+            raise BackendError(f"queue {self.shown} is closed. Fix: do not use a queue backend after close()")
         for attempt in range(2):
             with self._pool.connection() as conn:
                 try:
