@@ -1,4 +1,4 @@
-"""The app of the cross-process wake-up tests (``test_sqlite_wakeups``): run as a worker
+"""The app of the cross-process wake-up tests (``test_journal_wakeups``): run as a worker
 process with ``python -m tests.workflows._wake_app <journal url> <poll>``."""
 
 from __future__ import annotations
