@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from foundry.errors import CancelledError, ResultTimeoutError
+from foundry.errors import CancelledError, FoundryError, ResultTimeoutError
 
 __all__ = ["FutureSource", "Handle", "Outcome", "Source", "Status", "completed_handle"]
 
@@ -91,10 +91,19 @@ class Handle:
         if not self._source.wait(timeout):
             raise ResultTimeoutError(
                 f"unit {self.unit!r}: no result for {self.id} within {timeout}s "
-                f"(status {self.status.value}); the work may still finish. "
+                f"({self._status_now()}); the work may still finish. "
                 "Fix: wait longer, or check `handle.status`"
             )
         return self._unwrap(self._source.outcome())
+
+    def _status_now(self) -> str:
+        """The status for a timeout's message. The wait may have timed out *because* the
+        store is down (a database restart): then the timeout is still what is raised, and
+        the message says the status could not be read."""
+        try:
+            return f"status {self.status.value}"
+        except FoundryError as exc:
+            return f"status unknown: {type(exc).__name__} reading it"
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The exception the work raised, or ``None`` if it succeeded."""
@@ -109,7 +118,7 @@ class Handle:
     async def aresult(self, timeout: float | None = None) -> Any:
         if not await self._source.wait_async(timeout):
             raise ResultTimeoutError(
-                f"unit {self.unit!r}: no result for {self.id} within {timeout}s (status {self.status.value})"
+                f"unit {self.unit!r}: no result for {self.id} within {timeout}s ({self._status_now()})"
             )
         return self._unwrap(self._source.outcome())
 

@@ -504,6 +504,22 @@ class WorkflowSource:
             )
         return state
 
+    def _state_through_outage(self) -> Any:
+        """:meth:`_state`, riding out a brief journal outage (a restart between ``wait``
+        and this read) on the runs' schedule: ``journal_retries`` tries (8), backing off
+        from 50 ms to 2 s, about 5 s in all; a longer outage raises its
+        :class:`~foundry.errors.BackendUnavailableError`."""
+        delay, tries = 0.05, max(1, self._rt.journal_retries)
+        for attempt in range(tries):
+            try:
+                return self._state()
+            except BackendUnavailableError:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def status(self) -> Status:
         return _STATUS[self._state().status]
 
@@ -550,7 +566,7 @@ class WorkflowSource:
         slot = self._slot
         if slot is not None and slot.outcome is not None:
             return slot.outcome
-        state = self._state()
+        state = self._state_through_outage()
         if state.status == WorkflowStatus.SUCCEEDED:
             data = state.result
             return Outcome(value=None if data is None else self._rt.codec(state.codec).decode(data))
