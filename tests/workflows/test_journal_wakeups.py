@@ -47,14 +47,18 @@ def listening(url: str, journal: JournalBackend) -> bool:
     if url.startswith("sqlite:"):
         wake = Path(f"{Path(url[len('sqlite:///') :]).resolve()}-wake")
         return wake.is_dir() and bool(os.listdir(wake))
+    return bool(listener_pids(url, journal))
+
+
+def listener_pids(url: str, journal: Any) -> list[int]:
+    """The server processes of the connections that LISTEN for a PostgreSQL journal."""
     import psycopg
 
-    channel = journal.channel  # type: ignore[attr-defined]
     with psycopg.connect(url.split("?", 1)[0], autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
-        ).fetchone()
-    return row is not None and int(row[0]) > 0
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{journal.channel}"',)
+        ).fetchall()
+    return [int(r[0]) for r in rows]
 
 
 @contextmanager
@@ -186,16 +190,6 @@ def pg_pair(journal_url: str) -> Iterator[tuple[Any, Any]]:
     finally:
         waiter.close()
         writer.close()
-
-
-def listener_pids(url: str, journal: Any) -> list[int]:
-    import psycopg
-
-    with psycopg.connect(url.split("?", 1)[0], autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{journal.channel}"',)
-        ).fetchall()
-    return [int(r[0]) for r in rows]
 
 
 def woken_by(waiter: Any, write: Callable[[], object]) -> bool:
