@@ -48,7 +48,8 @@ workflow, one row of state and an append-only list of :class:`Entry` records ind
   finish (its result, and its parent). A waiter takes a ``mark()``, looks at the
   journal, and ``wait(mark, timeout)``s; a wake-up is only a hint to look again, so a
   lost one costs latency, never correctness. ``changes.cross_process`` says whether
-  other processes' commits wake it too (SQLite on Linux: the doorbell); when not, the
+  other processes' commits wake it too (SQLite on Linux: the doorbell; PostgreSQL:
+  ``NOTIFY`` in the commit and a ``LISTEN`` thread while somebody waits); when not, the
   caller polls as before.
 
 Every method may raise :class:`~foundry.errors.BackendUnavailableError` when the database
