@@ -16,7 +16,11 @@ use a closed port on 127.0.0.1 and need none.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,12 +69,16 @@ def caplog_debug(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-@pytest.fixture
-def port() -> int:
-    """A port on 127.0.0.1 nothing listens on: connecting is refused at once."""
+def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def port() -> int:
+    """A port on 127.0.0.1 nothing listens on: connecting is refused at once."""
+    return _free_port()
 
 
 @pytest.fixture
@@ -248,10 +256,36 @@ def _amqp_refused(opened: list[Any]) -> None:
 
 
 def _nats_refused(opened: list[Any]) -> None:
-    require("nats")
-    opened.append(open_stream_backend(f"nats://foundry:{SECRET}@127.0.0.1:4222"))
-    opened[-1].streams()
-    pytest.skip("this NATS server runs without auth and accepted the login: no refusal to check")
+    # The shared NATS server runs without auth, so it would accept any login: this case
+    # starts a private nats-server (the same binary) that requires a user and password.
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    if not os.path.exists(binary):
+        require("nats")  # the server's binary goes with the server: skip or fail likewise
+        pytest.fail(f"nats-server is reachable but its binary is not at {binary}")
+    port = _free_port()
+    server = subprocess.Popen(
+        [binary, "-a", "127.0.0.1", "-p", str(port), "--user", "foundry", "--pass", "the-right-one"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _listening(port):
+            assert time.monotonic() < deadline, "the private nats-server did not start in 10 s"
+            time.sleep(0.05)
+        opened.append(open_stream_backend(f"nats://foundry:{SECRET}@127.0.0.1:{port}"))
+        opened[-1].streams()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 REFUSED_CASES: dict[str, Callable[[list[Any]], None]] = {

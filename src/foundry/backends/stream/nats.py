@@ -143,6 +143,11 @@ def _b64encode(payload: bytes) -> str:
     return base64.b64encode(payload).decode()
 
 
+def _refused_login(exc: BaseException) -> bool:
+    """Whether the NATS client's error is the server refusing the credentials."""
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower()
+
+
 @dataclass
 class _Part:
     """What this process knows of one (group, partition): the pending window
@@ -230,17 +235,38 @@ class NatsStreamBackend(CheckedRead):
                 async def quiet(*_: Any) -> None:
                     return None
 
-                self._nc = await nats.connect(
-                    servers=self._servers,
-                    connect_timeout=2,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.25,
-                    allow_reconnect=True,
-                    error_cb=quiet,
-                    disconnected_cb=quiet,
-                    reconnected_cb=quiet,
-                    closed_cb=quiet,
+                refused: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+                async def on_error(exc: BaseException) -> None:
+                    # The client retries a refused login like a lost server, until the
+                    # call's timeout: a refusal is not transient, so stop at the first.
+                    if _refused_login(exc) and not refused.done():
+                        refused.set_result(exc)
+
+                connecting = asyncio.ensure_future(
+                    nats.connect(
+                        servers=self._servers,
+                        connect_timeout=2,
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.25,
+                        allow_reconnect=True,
+                        error_cb=on_error,
+                        disconnected_cb=quiet,
+                        reconnected_cb=quiet,
+                        closed_cb=quiet,
+                    )
                 )
+                first: set[asyncio.Future[Any]] = {connecting, refused}
+                await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+                if not connecting.done():
+                    connecting.cancel()
+                    with contextlib.suppress(BaseException):
+                        await connecting
+                    raise ConfigError(
+                        f"NATS at {self.shown} refused the login ({refused.result()}). Fix: check the "
+                        "user and password (or token) in the stream URL"
+                    )
+                self._nc = connecting.result()
                 self._js = self._nc.jetstream(timeout=self._timeout)
         return self._js
 
