@@ -186,6 +186,40 @@ def test_transactional_record_commits_writes_with_the_entry(journal: JournalBack
     assert rows.entry.result == b"[('b',)]"
 
 
+def test_the_time_a_transactional_step_holds_the_run_is_given_back_to_its_lease(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    # No heartbeat can extend the lease while the step holds the workflow's row; a run
+    # that was alive throughout must not leave the step with a lapsed lease that another
+    # worker claims before its next heartbeat.
+    wid, token = started(journal)
+    clock.advance(LEASE / 2)
+
+    def long_step(tx: object) -> Entry:
+        clock.advance(3 * LEASE)
+        return ok(0)
+
+    assert journal.record_transactional(wid, token, 0, long_step).written
+    assert journal.claim("w2", lease=LEASE) == []
+    assert journal.claim_one(wid, "w2", lease=LEASE) is None
+    clock.advance(LEASE / 2 + 0.1)  # the half lease it had left when the step began
+    [taken] = journal.claim("w2", lease=LEASE)
+    assert taken.id == wid
+
+
+def test_a_step_that_fails_gives_nothing_back(journal: JournalBackend, clock: ManualClock) -> None:
+    wid, token = started(journal)
+
+    def failing(tx: object) -> Entry:
+        clock.advance(2 * LEASE)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        journal.record_transactional(wid, token, 0, failing)
+    [taken] = journal.claim("w2", lease=LEASE)  # rolled back: the lease lapsed as it would have
+    assert taken.id == wid
+
+
 def test_transactional_record_is_fenced(journal: JournalBackend, clock: ManualClock) -> None:
     wid, token = started(journal)
     clock.advance(LEASE + 1)

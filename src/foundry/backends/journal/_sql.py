@@ -543,13 +543,22 @@ class SqlJournal(SqlEngine):
         step_started_at: float | None = None,
     ) -> Beat:
         now = self._now()
+        live = "id = ? AND token = ? AND owner IS NOT NULL AND status IN ('running', 'compensating')"
         with self._auto() as c:
+            # Where rows lock (PostgreSQL), a row held by this run's own transactional step
+            # (its fence locks it for the whole step) is skipped rather than waited for: one
+            # long step must not hold up the heartbeats of every other run in the process.
             row = c.one(
                 "UPDATE {wf} SET lease_until = ?, current_step = ?, step_started_at = ?, updated_at = ? "
-                "WHERE id = ? AND token = ? AND owner IS NOT NULL AND status IN ('running', 'compensating') "
+                f"WHERE id = (SELECT id FROM {{wf}} WHERE {live}{self.skip_locked}) "
                 "RETURNING cancel_requested",
                 (now + lease, current_step, step_started_at, now, workflow_id, token),
             )
+            if row is None and self.skip_locked:
+                # Skipped, or stale: a plain read does not wait for the lock. A held run
+                # stays leased: nobody can claim a locked row, and the step's commit gives
+                # back the lease time it held the row for (record_transactional).
+                row = c.one(f"SELECT cancel_requested FROM {{wf}} WHERE {live}", (workflow_id, token))
         if row is None:
             return Beat(alive=False, cancel_requested=False)
         return Beat(alive=True, cancel_requested=bool(row[0]))
@@ -581,6 +590,7 @@ class SqlJournal(SqlEngine):
     ) -> Recorded:
         with self._tx() as c:
             cancel = self._fence(c, workflow_id, token, position, "transactional step")
+            held_from = self._now()
             existing = self._entry_at(c, workflow_id, position)
             if existing is not None and existing.final:
                 return Recorded(existing, written=False, cancel_requested=cancel)
@@ -599,6 +609,14 @@ class SqlJournal(SqlEngine):
                 raise _UserFailure(exc) from exc
             self._check_still_open(c)
             self._upsert(c, workflow_id, entry)
+            # The run was alive all the time it held the row (a dead one never commits),
+            # but no heartbeat could extend its lease meanwhile: give that time back, so
+            # the run leaves the step with the lease it entered with, not a lapsed one
+            # that another worker could claim before the next heartbeat.
+            c.run(
+                "UPDATE {wf} SET lease_until = lease_until + ? WHERE id = ? AND token = ?",
+                (max(0.0, self._now() - held_from), workflow_id, token),
+            )
         return Recorded(entry, written=True, cancel_requested=cancel)
 
     def _check_still_open(self, c: Cursor) -> None:
