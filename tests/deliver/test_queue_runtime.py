@@ -64,6 +64,15 @@ class Env:
     def kinds(self, job_id: str) -> list[str]:
         return [e.kind for e in self.events if e.job_id == job_id]
 
+    def settled_kinds(self, job_id: str, timeout: float = 10.0) -> list[str]:
+        """The job's events once its last one is in: the worker reports an outcome after
+        it recorded it, so a caller can read the result a moment before the event."""
+        deadline = time.monotonic() + timeout
+        while not {"succeeded", "failed", "dead"} & set(self.kinds(job_id)):
+            assert time.monotonic() < deadline, f"no outcome event for {job_id}: {self.kinds(job_id)}"
+            time.sleep(0.01)
+        return self.kinds(job_id)
+
     def close(self) -> None:
         for w in self._workers:
             w.stop(2.0)
@@ -158,7 +167,7 @@ def test_failures_are_retried_with_backoff_until_success(make_env: Callable[[str
     key = uuid.uuid4().hex
     handle = env.unit("flaky").submit(key, 2)
     assert handle.result(timeout=30) == f"{key} after 3"
-    assert env.kinds(handle.id) == ["started", "retry", "started", "retry", "started", "succeeded"]
+    assert env.settled_kinds(handle.id) == ["started", "retry", "started", "retry", "started", "succeeded"]
     backend = open_queue_backend(env.url)
     try:
         state = backend.get(handle.id)
