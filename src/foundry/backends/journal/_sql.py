@@ -42,6 +42,8 @@ from foundry.errors import (
     WorkflowFinishedError,
 )
 
+_HELD_WORTH_GIVING_BACK = 1.0  # seconds a transactional step held its row (see record_transactional)
+
 WF_COLS = (
     "id, name, status, codec, args, result, error, parent_id, parent_pos, owner, token, lease_until, "
     "wake_at, cancel_requested, compensation, claims, "
@@ -612,11 +614,14 @@ class SqlJournal(SqlEngine):
             # The run was alive all the time it held the row (a dead one never commits),
             # but no heartbeat could extend its lease meanwhile: give that time back, so
             # the run leaves the step with the lease it entered with, not a lapsed one
-            # that another worker could claim before the next heartbeat.
-            c.run(
-                "UPDATE {wf} SET lease_until = lease_until + ? WHERE id = ? AND token = ?",
-                (max(0.0, self._now() - held_from), workflow_id, token),
-            )
+            # that another worker could claim before the next heartbeat. A short hold
+            # costs the lease nothing worth a statement on every step.
+            held = self._now() - held_from
+            if held >= _HELD_WORTH_GIVING_BACK:
+                c.run(
+                    "UPDATE {wf} SET lease_until = lease_until + ? WHERE id = ? AND token = ?",
+                    (held, workflow_id, token),
+                )
         return Recorded(entry, written=True, cancel_requested=cancel)
 
     def _check_still_open(self, c: Cursor) -> None:

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from foundry.backends.journal.base import Claim, Entry, EntryKind, EntryStatus, WorkflowStatus
 from foundry.errors import (
     BackendError,
-    BackendUnavailableError,
     CancelledError,
     LeaseLostError,
     NonDeterminismError,
@@ -294,22 +293,13 @@ class Run:
 
     def journal(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the journal, riding out short outages; a lost lease ends the run."""
-        delay = 0.05
-        last: BaseException | None = None
-        for _ in range(self.rt.journal_retries):
-            try:
-                return method(*args, **kwargs)
-            except LeaseLostError as exc:
-                self.lost = True
-                raise _Lost(str(exc)) from exc
-            except BackendUnavailableError as exc:
-                last = exc
-                self.rt.real_sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except BackendError as exc:
-                raise _Infra(exc) from exc
-        assert last is not None
-        raise _Infra(last) from last
+        try:
+            return self.rt.ride_outage(lambda: method(*args, **kwargs))
+        except LeaseLostError as exc:
+            self.lost = True
+            raise _Lost(str(exc)) from exc
+        except BackendError as exc:  # another failure, or an outage longer than the retries
+            raise _Infra(exc) from exc
 
     def _live(self) -> None:
         if self.lost:

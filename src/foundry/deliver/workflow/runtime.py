@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from foundry.backends.journal import open_journal
 from foundry.backends.journal.base import (
@@ -47,6 +47,8 @@ from foundry.serialize import Codec, decode_error, get_codec
 __all__ = ["WorkflowRuntime", "WorkflowSource", "journal_from"]
 
 log = logging.getLogger("foundry.workflow")
+
+T = TypeVar("T")
 
 # How often a caller waiting for a result looks at the journal when the journal wakes it
 # on every finish, even one in another process (only a lost wake-up waits that long).
@@ -175,6 +177,21 @@ class WorkflowRuntime:
 
     def real_sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
+
+    def ride_outage(self, call: Callable[[], T]) -> T:
+        """``call()`` (a journal call), riding out a short outage such as a database
+        restart: ``journal_retries`` tries (8), backing off from 50 ms to 2 s, about 5 s in
+        all; then the last :class:`~foundry.errors.BackendUnavailableError` is raised."""
+        delay, tries = 0.05, max(1, self.journal_retries)
+        for attempt in range(tries):
+            try:
+                return call()
+            except BackendUnavailableError:
+                if attempt == tries - 1:
+                    raise
+                self.real_sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def nap(self, mark: int, seconds: float) -> None:
         """Sleep ``seconds`` on the journal's clock; on real time, a journal change after
@@ -504,22 +521,6 @@ class WorkflowSource:
             )
         return state
 
-    def _state_through_outage(self) -> Any:
-        """:meth:`_state`, riding out a brief journal outage (a restart between ``wait``
-        and this read) on the runs' schedule: ``journal_retries`` tries (8), backing off
-        from 50 ms to 2 s, about 5 s in all; a longer outage raises its
-        :class:`~foundry.errors.BackendUnavailableError`."""
-        delay, tries = 0.05, max(1, self._rt.journal_retries)
-        for attempt in range(tries):
-            try:
-                return self._state()
-            except BackendUnavailableError:
-                if attempt == tries - 1:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")  # pragma: no cover
-
     def status(self) -> Status:
         return _STATUS[self._state().status]
 
@@ -566,7 +567,7 @@ class WorkflowSource:
         slot = self._slot
         if slot is not None and slot.outcome is not None:
             return slot.outcome
-        state = self._state_through_outage()
+        state = self._rt.ride_outage(self._state)  # a restart between wait() and this read
         if state.status == WorkflowStatus.SUCCEEDED:
             data = state.result
             return Outcome(value=None if data is None else self._rt.codec(state.codec).decode(data))
