@@ -11,9 +11,12 @@ drift in the machine's load hits all of them alike), medians reported.
 Ratios. Async rows: the variant's throughput ÷ raw asyncio's, as the median of paired
 repetitions, by wall clock and by CPU time of the process (every thread, so the
 watchdog's own thread counts; CPU time is what survives a machine shared with other
-jobs). Watchdog cost: the same unit with the watchdog on ÷ off (A/B, noisy on a shared
-machine), and the cost the watchdog accounts for itself — its thread's CPU time plus the
-time its callbacks took on the loop — as a share of the run's CPU. Parallel rows: Foundry's
+jobs). The third variant runs the same unit on a Foundry loop thread — the class of the
+managed loop, uvloop when installed — where the watchdog is on by default. Watchdog
+cost: the same unit with the watchdog on ÷ off (A/B, on and off alternating which goes
+first; noisy on a shared machine), and the cost the watchdog accounts for itself — the
+watching thread's CPU time plus the time its callbacks took on the loop — as a share of
+the run's CPU. Parallel rows: Foundry's
 throughput ÷ that row's (≥ 1: Foundry is faster).
 """
 
@@ -37,11 +40,13 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from foundry.execute.asyncio_loop import LoopThread  # noqa: E402
 from foundry.execute.parallel import ParallelExecutor  # noqa: E402
 from foundry.observe.metrics import Registry  # noqa: E402
 from foundry.observe.watchdog import Watchdog  # noqa: E402
 
 Row = tuple[str, str, float, str, str]  # case, variant, seconds, throughput, ratio
+Sample = tuple[float, float, float]  # wall seconds, CPU seconds, the watchdog's accounted CPU seconds
 
 
 # -- workloads ------------------------------------------------------------------------
@@ -98,7 +103,7 @@ class FoundryAsync:
         return self.app.metrics.value(names.UNIT_COMPLETED, unit="tick", model="async")
 
 
-def time_async(make: Callable[[], Awaitable[None]], watchdog: bool) -> tuple[float, float, float]:
+def time_async(make: Callable[[], Awaitable[None]], watchdog: bool) -> Sample:
     """(wall seconds, CPU seconds of this process — every thread, the watchdog's included —,
     and the watchdog's own accounted cost: its thread's CPU plus its callbacks on the loop)."""
 
@@ -119,9 +124,31 @@ def time_async(make: Callable[[], Awaitable[None]], watchdog: bool) -> tuple[flo
     return asyncio.run(main())
 
 
+def time_on_thread(thread: LoopThread, make: Callable[[], Awaitable[None]], watchdog: bool) -> Sample:
+    """The same on a Foundry loop thread (the managed loop's class: uvloop when installed),
+    with the watchdog Foundry starts on it by default, or without (the opt-out)."""
+
+    async def timed() -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        await make()
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    if not watchdog:
+        return (*thread.run(timed()), 0.0)
+    dog = Watchdog(thread.loop, registry=Registry(), name="foundry", threshold=0.1, log_reports=False)
+    dog.start()
+    try:
+        wall, cpu = thread.run(timed())
+    finally:
+        dog.stop()
+    cost = dog.overhead()
+    return wall, cpu, cost["thread_cpu"] + cost["loop_seconds"]
+
+
 def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
     permits = 100
     foundry = FoundryAsync(tasks, permits)
+    thread = LoopThread("bench-foundry-loop")  # no watchdog of its own: each timed run adds one or not
 
     async def raw() -> None:
         for _ in range(rounds):
@@ -132,17 +159,23 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
             await foundry.run()
 
     raw_name, fnd_name = "raw asyncio.gather + Semaphore(100)", "foundry async unit (metrics on)"
-    cases: dict[str, Callable[[], Awaitable[None]]] = {raw_name: raw, fnd_name: fnd}
-    samples: dict[tuple[str, bool], list[tuple[float, float, float]]] = {
-        (name, w): [] for name in cases for w in (False, True)
+    managed_name = "foundry async unit on a Foundry loop thread (uvloop, as the managed loop)"
+    cases: dict[str, Callable[[], Awaitable[None]]] = {raw_name: raw, fnd_name: fnd, managed_name: fnd}
+    timers: dict[str, Callable[[Callable[[], Awaitable[None]], bool], Sample]] = {
+        raw_name: time_async,
+        fnd_name: time_async,
+        managed_name: lambda make, watch: time_on_thread(thread, make, watch),
     }
-    for make in cases.values():  # warm up: imports, the runner, the loop's first tasks
-        time_async(make, True)
-    for _ in range(reps):  # interleaved, so drift in load hits every variant alike
+    samples: dict[tuple[str, bool], list[Sample]] = {(name, w): [] for name in cases for w in (False, True)}
+    for name, make in cases.items():  # warm up: imports, the runner, the loop's first tasks
+        timers[name](make, True)
+    for rep in range(reps):  # interleaved, so drift in load hits every variant alike
+        order = (False, True) if rep % 2 == 0 else (True, False)  # and on/off alternate who goes first
         for name, make in cases.items():
-            for watch in (False, True):
-                samples[(name, watch)].append(time_async(make, watch))
-    runs = (reps * 2 + 1) * rounds * tasks
+            for watch in order:
+                samples[(name, watch)].append(timers[name](make, watch))
+    thread.stop()
+    runs = (reps * 2 + 1) * rounds * tasks * 2
     assert foundry.completed() == runs, f"metrics counted {foundry.completed()} of {runs} units"
     foundry.app.close()
     total = tasks * rounds

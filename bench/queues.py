@@ -111,7 +111,8 @@ class Run:
         self.broker = broker
         self.env = {
             **os.environ,
-            "PYTHONPATH": str(PEERS),
+            # the peers' tasks first, then the caller's path (the Foundry tree under test)
+            "PYTHONPATH": os.pathsep.join(p for p in (str(PEERS), os.environ.get("PYTHONPATH", "")) if p),
             "QBENCH_SYSTEM": system,
             "QBENCH_BROKER": broker,
             "QBENCH_QUEUE": self.queue,

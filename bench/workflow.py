@@ -1,16 +1,28 @@
-"""Workflow benchmark: a 10-step no-op workflow, Foundry vs DBOS, on SQLite and on the
-same PostgreSQL, against the ceiling of one committed insert per step.
+"""Workflow benchmark: Foundry vs DBOS on SQLite and on the same PostgreSQL, with the
+ceiling of one committed insert per step; and the cost per step as workflows grow.
 
-    python bench/workflow.py                 # full run (about a minute)
-    python bench/workflow.py --quick         # a few seconds, SQLite only (the test smoke run)
-    python bench/workflow.py --n 500 --only foundry-postgres dbos-postgres
+    python bench/workflow.py                 # full run, 3 paired rounds (several minutes)
+    python bench/workflow.py --quick         # seconds, SQLite only (the test smoke run)
+    python bench/workflow.py --rounds 5 --only foundry-postgres dbos-postgres --skip-growth
 
-Each contender runs in its own process (DBOS keeps global state), one after another, the
-same number of workflows, sequentially in one thread (the apples-to-apples case: a
-caller running a workflow to completion). Foundry's SQLite journal runs as shipped (WAL,
-``synchronous=full``: every step durable on disk); ``foundry-sqlite-normal`` trades power-
-loss durability of the last commits for speed. DBOS runs as shipped (SQLite: rollback
-journal) and, as ``dbos-sqlite-wal``, on a database file switched to WAL beforehand.
+Scenarios, each run to completion by one caller thread, ``--n`` workflows per contender:
+
+* **steps** — a workflow of ``--steps`` (10) no-op steps;
+* **fanout** — a workflow that fans out to 10 no-op branches and gathers them (Foundry:
+  ``wf.map``; DBOS: ten child workflows started with ``DBOS.start_workflow`` and awaited,
+  its documented way to run work in parallel inside a workflow).
+
+Each contender runs in a process of its own (DBOS keeps global state). A *round* runs
+every contender once, in the listed order on even rounds and the reverse on odd ones, so
+a drift of the shared machine lands on both sides; the ratios are *paired* — Foundry's
+rate over DBOS's on the same store in the same round — and the table shows their median
+and, in brackets, their range over the rounds.
+
+**growth** (Foundry only): the same total number of steps as workflows of 10, 100 and
+1,000 steps, and the replay of each recorded history (the path a resumed run takes). The
+cost per step must stay flat: no step may re-read the whole history.
+
+Foundry's SQLite journal runs as shipped (WAL, ``synchronous=full``); DBOS as shipped.
 PostgreSQL: Foundry in a private schema, DBOS in a private database, both dropped after.
 """
 
@@ -19,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,32 +43,20 @@ from typing import Any
 PG = os.environ.get("FOUNDRY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 ALL = (
     "ceiling-sqlite",
-    "ceiling-sqlite-normal",
     "foundry-sqlite",
-    "foundry-sqlite-normal",
     "dbos-sqlite",
-    "dbos-sqlite-wal",
     "ceiling-postgres",
     "foundry-postgres",
     "dbos-postgres",
 )
 QUICK = ("ceiling-sqlite", "foundry-sqlite")
-# which ceiling each contender is measured against (the same durability setting)
-CEILING = {
-    "foundry-sqlite": "ceiling-sqlite",
-    "foundry-sqlite-normal": "ceiling-sqlite-normal",
-    "dbos-sqlite": "ceiling-sqlite",
-    "dbos-sqlite-wal": "ceiling-sqlite",
-    "foundry-postgres": "ceiling-postgres",
-    "dbos-postgres": "ceiling-postgres",
-}
+SCENARIOS = ("steps", "fanout")
+FANOUT = 10
+GROWTH = (10, 100, 1000)
 LABELS = {
     "ceiling-sqlite": "one committed insert per step (WAL, synchronous=full)",
-    "ceiling-sqlite-normal": "one committed insert per step (WAL, synchronous=normal)",
     "foundry-sqlite": "Foundry (WAL, synchronous=full: the default)",
-    "foundry-sqlite-normal": "Foundry (?synchronous=normal)",
     "dbos-sqlite": "DBOS 3 (as shipped)",
-    "dbos-sqlite-wal": "DBOS 3 (file switched to WAL)",
     "ceiling-postgres": "one committed insert per step",
     "foundry-postgres": "Foundry",
     "dbos-postgres": "DBOS 3",
@@ -74,7 +75,7 @@ def _timed(run_one: Any, n: int, warmup: int) -> float:
     return time.perf_counter() - start
 
 
-def foundry(url: str, n: int, steps: int) -> float:
+def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
     from foundry import Foundry
     from foundry.deliver.workflow import WorkflowContext, configure
 
@@ -85,19 +86,48 @@ def foundry(url: str, n: int, steps: int) -> float:
         return i
 
     @app.workflow()
-    def ten(wf: WorkflowContext) -> int:
-        for i in range(steps):
+    def sequence(wf: WorkflowContext, count: int) -> int:
+        for i in range(count):
             wf.step(noop, i)
-        return steps
+        return count
+
+    @app.workflow()
+    def fanout(wf: WorkflowContext) -> list[int]:
+        return list(wf.map(noop, range(FANOUT)))
 
     try:
-        return _timed(ten.run, n, 20)
+        if scenario == "fanout":
+            return {"seconds": _timed(fanout.run, n, 10)}
+        if scenario == "steps":
+            return {"seconds": _timed(lambda: sequence.run(steps), n, 10)}
+        return _growth(app, rt, sequence, n, steps)
     finally:
         app.close()
         rt.close()
 
 
-def dbos(url: str, n: int, steps: int) -> float:
+def _growth(app: Any, rt: Any, sequence: Any, n: int, steps: int) -> dict[str, float]:
+    """``n`` workflows of ``steps`` steps, then the replay of one recorded history."""
+    from foundry.deliver.workflow.replay import replay_history
+
+    ids = [f"grow-{steps}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n)]
+    sequence.run(steps, id="warm-" + ids[0])
+    start = time.perf_counter()
+    for workflow_id in ids:
+        sequence.run(steps, id=workflow_id)
+    seconds = time.perf_counter() - start
+    rounds = max(1, 3000 // steps)
+    replayed = 0.0
+    for _ in range(rounds):
+        begin = time.perf_counter()
+        state, entries = rt.journal.load(ids[0])  # what a resumed run reads, then replays
+        report = replay_history(app.context(), state, entries)
+        replayed += time.perf_counter() - begin
+        assert report.ok, report
+    return {"seconds": seconds, "replay_seconds": replayed / rounds}
+
+
+def dbos(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
     import logging
 
     from dbos import DBOS
@@ -117,34 +147,42 @@ def dbos(url: str, n: int, steps: int) -> float:
         return i
 
     @DBOS.workflow()
-    def ten() -> int:
+    def sequence() -> int:
         for i in range(steps):
             noop(i)
         return steps
 
+    @DBOS.workflow()
+    def branch(i: int) -> int:
+        return noop(i)
+
+    @DBOS.workflow()
+    def fanout() -> list[int]:
+        handles = [DBOS.start_workflow(branch, i) for i in range(FANOUT)]
+        return [h.get_result() for h in handles]
+
     DBOS.launch()
     try:
-        return _timed(ten, n, 20)
+        return {"seconds": _timed(fanout if scenario == "fanout" else sequence, n, 10)}
     finally:
         DBOS.destroy()
 
 
-def ceiling(url: str, n: int, steps: int) -> float:
-    """One committed insert per step, nothing else: the floor any journal pays."""
-    total = n * steps
+def ceiling(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
+    """One committed insert per step (a branch counts as one), nothing else."""
+    total = n * (FANOUT if scenario == "fanout" else steps)
     if url.startswith("sqlite"):
         import sqlite3
 
-        path, _, query = url[len("sqlite:///") :].partition("?")
-        conn = sqlite3.connect(path, isolation_level=None)
+        conn = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={'NORMAL' if 'normal' in query else 'FULL'}")
-        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"CREATE TABLE t_{scenario} (id INTEGER PRIMARY KEY, v BLOB)")
         try:
             start = time.perf_counter()
             for _ in range(total):
-                conn.execute("INSERT INTO t (v) VALUES (?)", (b"1",))
-            return time.perf_counter() - start
+                conn.execute(f"INSERT INTO t_{scenario} (v) VALUES (?)", (b"1",))
+            return {"seconds": time.perf_counter() - start}
         finally:
             conn.close()
     import psycopg
@@ -156,38 +194,30 @@ def ceiling(url: str, n: int, steps: int) -> float:
             start = time.perf_counter()
             for _ in range(total):
                 pg.execute(f"INSERT INTO {table} (v) VALUES (%s)", (b"1",))
-            return time.perf_counter() - start
+            return {"seconds": time.perf_counter() - start}
         finally:
             pg.execute(f"DROP TABLE {table}")
 
 
-def child(name: str, n: int, steps: int, workdir: Path) -> dict[str, Any]:
+def child(name: str, scenario: str, n: int, steps: int, workdir: Path) -> dict[str, Any]:
     kind, _, store = name.partition("-")
-    if store.startswith("sqlite"):
-        path = workdir / f"{name}.db"
-        url = f"sqlite:///{path}"
-        if name.endswith("-normal"):
-            url += "?synchronous=normal"
-        if name == "dbos-sqlite-wal":
-            import sqlite3
-
-            conn = sqlite3.connect(path)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.close()
-        seconds = {"foundry": foundry, "dbos": dbos, "ceiling": ceiling}[kind](url, n, steps)
+    run = {"foundry": foundry, "dbos": dbos, "ceiling": ceiling}[kind]
+    if store == "sqlite":
+        path = workdir / f"{name}-{scenario}-{uuid.uuid4().hex[:6]}.db"
+        figures = run(f"sqlite:///{path}", scenario, n, steps)
     else:
-        seconds = _on_postgres(kind, n, steps)
-    return {"name": name, "n": n, "steps": steps, "seconds": seconds}
+        figures = _on_postgres(kind, run, scenario, n, steps)
+    return {"name": name, "scenario": scenario, "n": n, "steps": steps, **figures}
 
 
-def _on_postgres(kind: str, n: int, steps: int) -> float:
+def _on_postgres(kind: str, run: Any, scenario: str, n: int, steps: int) -> dict[str, float]:
     import psycopg
 
     tag = uuid.uuid4().hex[:8]
     if kind == "foundry":
         schema = f"bench_wf_{tag}"
         try:
-            return foundry(f"{PG}?schema={schema}", n, steps)
+            return run(f"{PG}?schema={schema}", scenario, n, steps)  # type: ignore[no-any-return]
         finally:
             with psycopg.connect(PG, autocommit=True) as pg:
                 pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -196,14 +226,14 @@ def _on_postgres(kind: str, n: int, steps: int) -> float:
         with psycopg.connect(PG, autocommit=True) as pg:
             pg.execute(f'CREATE DATABASE "{db}"')
         try:
-            return dbos(PG.rsplit("/", 1)[0] + f"/{db}", n, steps)
+            return run(PG.rsplit("/", 1)[0] + f"/{db}", scenario, n, steps)  # type: ignore[no-any-return]
         finally:
             with psycopg.connect(PG, autocommit=True) as pg:
                 pg.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-    return ceiling(PG, n, steps)
+    return run(PG, scenario, n, steps)  # type: ignore[no-any-return]
 
 
-# -- the parent: run each, print the table ----------------------------------------------------
+# -- the parent: paired rounds, then the tables --------------------------------------------------
 
 
 def _load() -> str:
@@ -213,66 +243,164 @@ def _load() -> str:
         return "load average unknown"
 
 
+def _spawn(name: str, scenario: str, n: int, steps: int, workdir: str) -> dict[str, Any] | None:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--scenario",
+        scenario,
+        "--n",
+        str(n),
+        "--steps",
+        str(steps),
+    ]
+    proc = subprocess.run(
+        [*cmd, "--workdir", workdir], capture_output=True, text=True, timeout=1800, check=False
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        print(f"{name} {scenario}: failed (exit {proc.returncode})\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--n", type=int, default=300, help="workflows per contender (default 300)")
+    parser.add_argument("--n", type=int, default=200, help="workflows per contender and round (default 200)")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds, alternating order (default 3)")
     parser.add_argument("--only", nargs="+", choices=ALL, help="run only these contenders")
-    parser.add_argument("--quick", action="store_true", help="SQLite only, 30 workflows")
+    parser.add_argument("--skip-growth", action="store_true", help="leave out the 10 → 1,000 steps growth")
+    parser.add_argument("--quick", action="store_true", help="SQLite only, 20 workflows, one round")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--scenario", default="steps", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.n, args.steps, Path(args.workdir))), flush=True)
+        figures = child(args.child, args.scenario, args.n, args.steps, Path(args.workdir))
+        print(json.dumps(figures), flush=True)
         return 0
-    names = args.only or (QUICK if args.quick else ALL)
-    n = 30 if args.quick and args.n == 300 else args.n
-    results: dict[str, dict[str, Any]] = {}
+    names = list(args.only or (QUICK if args.quick else ALL))
+    n = 20 if args.quick and args.n == 200 else args.n
+    rounds = 1 if args.quick else args.rounds
+    runs: dict[tuple[str, str], list[float]] = {}
+    growth: dict[tuple[str, int], list[dict[str, float]]] = {}
+    stores = sorted({name.split("-", 1)[1] for name in names if name.startswith("foundry")})
+    sizes = GROWTH[:2] if args.quick else GROWTH
+    total_steps = 300 if args.quick else 3000
     with tempfile.TemporaryDirectory(prefix="bench-workflow-") as workdir:
-        for name in names:
-            cmd = [sys.executable, __file__, "--child", name, "--n", str(n), "--steps", str(args.steps)]
-            proc = subprocess.run(
-                [*cmd, "--workdir", workdir], capture_output=True, text=True, timeout=900, check=False
-            )
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                print(f"{name}: failed (exit {proc.returncode})\n{proc.stderr[-2000:]}", file=sys.stderr)
+        for r in range(rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            for scenario in SCENARIOS:
+                for name in order:
+                    got = _spawn(name, scenario, n, args.steps, workdir)
+                    if got is not None:
+                        runs.setdefault((name, scenario), []).append(float(got["seconds"]))
+            if args.skip_growth:
                 continue
-            results[name] = json.loads(lines[-1])
-    _report(results, n, args.steps)
-    return 0 if results else 1
+            for store in stores:
+                for steps in sizes if r % 2 == 0 else sizes[::-1]:
+                    got = _spawn(f"foundry-{store}", "growth", max(1, total_steps // steps), steps, workdir)
+                    if got is not None:
+                        growth.setdefault((store, steps), []).append(got)
+    _report(runs, n, args.steps, rounds)
+    if growth:
+        _report_growth(growth, total_steps)
+    return 0 if runs else 1
 
 
-def _report(results: dict[str, dict[str, Any]], n: int, steps: int) -> None:
+def _per_step(seconds: float, n: int, scenario: str, steps: int) -> float:
+    return seconds / (n * (FANOUT if scenario == "fanout" else steps)) * 1e3
+
+
+def _paired(runs: dict[tuple[str, str], list[float]], a: str, b: str, scenario: str) -> str:
+    """Median (range) over the rounds of ``b``'s seconds ÷ ``a``'s (a's rate over b's)."""
+    ours, theirs = runs.get((a, scenario), []), runs.get((b, scenario), [])
+    ratios = [t / o for o, t in zip(ours, theirs, strict=False) if o > 0]
+    if not ratios:
+        return ""
+    return f"{statistics.median(ratios):.1f}× ({min(ratios):.1f}–{max(ratios):.1f})"
+
+
+def _report(runs: dict[tuple[str, str], list[float]], n: int, steps: int, rounds: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    def per_step(name: str) -> float | None:
-        r = results.get(name)
-        return None if r is None else float(r["seconds"]) / (n * steps) * 1e3
-
-    table = Table(title=f"{n} workflows × {steps} no-op steps, one thread ({_load()})", title_justify="left")
-    for col in ("store", "system", "workflows/s", "ms/step", "vs DBOS", "× ceiling", "overhead ms/step"):
-        table.add_column(col, justify="left" if col in ("store", "system") else "right")
-    for name in ALL:
-        ms = per_step(name)
-        if ms is None:
-            continue
-        store = "postgres" if name.endswith("postgres") else "sqlite"
-        rate = 1e3 / (ms * steps)
-        dbos_ms = per_step(f"dbos-{store}")
-        ceil_ms = per_step(CEILING.get(name, ""))
-        vs = f"{dbos_ms / ms:.1f}×" if dbos_ms and name.startswith("foundry") else ""
-        over = f"{ms / ceil_ms:.2f}" if ceil_ms else ""
-        extra = f"{ms - ceil_ms:+.3f}" if ceil_ms else ""
-        table.add_row(store, LABELS[name], f"{rate:,.0f}", f"{ms:.3f}", vs, over, extra)
-    Console(width=140).print(table)
+    console = Console(width=150)
+    for scenario in SCENARIOS:
+        what = f"{steps} no-op steps" if scenario == "steps" else f"a fan-out of {FANOUT} no-op branches"
+        table = Table(
+            title=f"{n} workflows × {what}, one caller thread; median of {rounds} paired round(s) "
+            f"({_load()})",
+            title_justify="left",
+        )
+        for col in ("store", "system", "workflows/s", "ms/step", "vs DBOS (range)", "× ceiling"):
+            table.add_column(col, justify="left" if col in ("store", "system") else "right")
+        for name in ALL:
+            seconds = runs.get((name, scenario))
+            if not seconds:
+                continue
+            store = name.split("-", 1)[1]
+            mid = statistics.median(seconds)
+            ms = _per_step(mid, n, scenario, steps)
+            ceiling_runs = runs.get((f"ceiling-{store}", scenario))
+            times = ""
+            if ceiling_runs and not name.startswith("ceiling"):
+                times = f"{ms / _per_step(statistics.median(ceiling_runs), n, scenario, steps):.2f}"
+            vs = _paired(runs, name, f"dbos-{store}", scenario) if name.startswith("foundry") else ""
+            rate = "" if name.startswith("ceiling") else f"{n / mid:,.0f}"
+            table.add_row(store, LABELS[name], rate, f"{ms:.3f}", vs, times)
+        console.print(table)
     print(
-        "vs DBOS: Foundry's workflows/s ÷ DBOS's as shipped on the same store. × ceiling: ms/step ÷ one "
-        "committed insert with the same durability (1.00 = a journal with no cost beyond that insert); "
-        "overhead: the ms per step above it (start and finish of each workflow included)."
+        "vs DBOS: Foundry's workflows/s ÷ DBOS's on the same store, paired per round: median (range). "
+        "ms/step: per step or branch, start and finish of each workflow included. × ceiling: ms/step ÷ "
+        "one committed insert with the same durability."
+    )
+
+
+def _report_growth(growth: dict[tuple[str, int], list[dict[str, float]]], total: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"Foundry: cost per step as workflows grow ({total} steps in all per size; median of rounds)",
+        title_justify="left",
+    )
+    for col in (
+        "store",
+        "steps per workflow",
+        "workflows",
+        "ms/step (run)",
+        "ms/step (replay)",
+        "run vs 10 steps",
+    ):
+        table.add_column(col, justify="left" if col == "store" else "right")
+    for store in sorted({s for s, _ in growth}):
+        base: float | None = None
+        for steps in GROWTH:
+            got = growth.get((store, steps))
+            if not got:
+                continue
+            workflows = max(1, total // steps)
+            run_ms = statistics.median(g["seconds"] for g in got) / (workflows * steps) * 1e3
+            replay_ms = statistics.median(g["replay_seconds"] for g in got) / steps * 1e3
+            base = base or run_ms
+            table.add_row(
+                store,
+                f"{steps:,}",
+                str(workflows),
+                f"{run_ms:.3f}",
+                f"{replay_ms:.4f}",
+                f"{run_ms / base:.2f}",
+            )
+    Console(width=150).print(table)
+    print(
+        "run: a workflow run start to finish (its start and finish shared by fewer steps as it grows); "
+        "replay: reading one recorded history and replaying it against the code, what a resumed run does."
     )
 
 

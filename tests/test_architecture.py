@@ -63,3 +63,46 @@ def test_importing_foundry_needs_no_broker_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Every module imported at module level (not inside a function, nor under
+    ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+
+    visit(tree.body)
+    return found
+
+
+def test_only_the_tracing_adapter_and_the_integrations_import_opentelemetry() -> None:
+    # deliver/ and backends/ ask foundry.observe.tracing for a tracer; the one module that
+    # imports OpenTelemetry is imported only once tracing is on (tests/tracing checks it)
+    allowed = {SRC / "observe" / "_otel.py"}
+    for path in sorted(SRC.rglob("*.py")):
+        if path in allowed or "integrations" in path.parts:
+            continue
+        bad = {m for m in _module_level_imports(path) if m.split(".")[0] == "opentelemetry"}
+        assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)} at module level"
+
+
+def test_nothing_imports_the_integrations() -> None:
+    # foundry.integrations sit above the app (DESIGN.md §4): frameworks call Foundry, never
+    # the other way round
+    for path in sorted(SRC.rglob("*.py")):
+        if "integrations" in path.relative_to(SRC).parts:
+            continue
+        bad = {m for m in _imports(path) if m.startswith("foundry.integrations")}
+        assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}: integrations sit above the app"

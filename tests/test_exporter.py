@@ -24,6 +24,9 @@ def served() -> Iterator[MetricsServer]:
     app = Foundry()
     app.metrics.counter(names.UNIT_COMPLETED, "done", ["unit"]).labels(unit="sign").inc(7)
     app.metrics.histogram(names.LOOP_LAG, "lag", ["loop"]).labels(loop="main").observe(0.180)
+    culprits = app.metrics.counter(names.LOOP_CULPRIT, "stalls", ["loop", "unit", "phase", "culprit"])
+    culprits.labels("main", "pay", "sign", "sign (pay.py:9)").inc(3)
+    culprits.labels("main", "pay", "main", "pay (pay.py:4)").inc(1)
     app.metrics.collect(names.QUEUE_OLDEST_AGE, "age", lambda: [({"queue": "deploy"}, 12.0)])
     server = app.serve_metrics(port=0)
     yield server
@@ -47,6 +50,7 @@ def test_top_renders_every_kind_it_is_given(served: MetricsServer) -> None:
     out = console.export_text()
     assert "sign" in out
     assert "180.0 ms" in out  # loop lag max
+    assert "pay.sign: sign (pay.py:9) ×3" in out  # what held the loop most often
     assert "12.0 s" in out  # oldest item's age
 
 

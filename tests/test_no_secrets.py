@@ -378,3 +378,47 @@ def test_an_open_nats_stream_hides_the_password(
     assert isinstance(stream.streams(), list)
     assert repr(stream).startswith("<NatsStreamBackend nats://foundry:***@127.0.0.1:4222")
     _assert_hidden(caplog_debug, stream)
+
+
+# -- what objects say about their URL -------------------------------------------------------
+
+
+def test_settings_repr_and_description_mask_every_url(tmp_path: Path) -> None:
+    settings = load_settings(
+        tmp_path,
+        queue=f"postgresql://app:{SECRET}@db/app",
+        stream=f"nats://{SECRET}@h:4222",
+        journal=f"postgresql://app@db/app?password={SECRET}",
+        cwd=tmp_path,
+    )
+    for text in (repr(settings), str(settings), settings.describe()):
+        assert SECRET not in text, text
+        assert MASKED in text, text
+
+
+def test_an_open_backend_url_is_the_masked_form(opened: list[Any]) -> None:
+    """``backend.url`` is for showing; the password stays inside, with the driver."""
+    require("postgres")
+    require("redis")
+    require("nats")
+    schema = f"fq_secret_{uuid.uuid4().hex[:10]}"
+    tag = uuid.uuid4().hex[:8]
+    try:
+        opened.append(_accepted(lambda: open_queue_backend(_pg("postgres", query=f"&schema={schema}"))))
+        opened.append(_accepted(lambda: open_journal(_pg("postgres", query=f"&schema={schema}"))))
+        opened.append(open_queue_backend(f"redis://default:{SECRET}@127.0.0.1:6379/0?prefix=fqs{tag}"))
+        opened.append(open_stream_backend(f"redis://default:{SECRET}@127.0.0.1:6379/0?prefix=fqs{tag}"))
+        opened.append(open_stream_backend(f"nats://foundry:{SECRET}@127.0.0.1:4222?prefix=fqs{tag}"))
+        assert opened[0].stats("default").depth == 0  # they work: the driver has the password
+        for backend in opened:
+            assert SECRET not in backend.url, backend.url
+            assert MASKED in backend.url, backend.url
+            assert SECRET not in repr(backend), repr(backend)
+    finally:
+        for backend in opened:
+            destroy = getattr(backend, "destroy", None)
+            if callable(destroy):
+                destroy()
+            backend.close()
+        opened.clear()
+        _drop_schema(schema)

@@ -74,10 +74,78 @@ def test_unknown_trait_suggests_the_closest() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("retry", "retries"),  # edit distance alone says retry_on: the same word, not the same letters
+        ("retries_on", "retry_on"),
+        ("isolated", "isolate"),
+        ("Durable", "durable"),
+        ("durabel", "durable"),
+        ("timout", "timeout"),
+        ("concurency", "concurrency"),
+        ("max-pending", "max_pending"),
+        ("idempotant", "idempotent"),
+        ("stage", "stages"),
+    ],
+)
+def test_a_misspelt_trait_gets_the_trait_meant(given: str, meant: str) -> None:
+    with pytest.raises(UnknownTraitError) as info:
+        traits_from_kwargs("transcode", {given: 3})
+    assert f"did you mean {meant!r}?" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("queue/thread", "queue/threads"),  # a whole model, corrected part by part
+        ("qeue/threads", "queue/threads"),
+        ("direct/process", "direct/processes"),
+        ("thread", "threads"),
+        ("pools", "pool"),
+        ("sequental", "sequential"),
+    ],
+)
+def test_a_misspelt_model_gets_a_model_that_would_be_accepted(given: str, meant: str) -> None:
+    with pytest.raises(DeclarationError) as info:
+        traits_from_kwargs("transcode", {"model": given})
+    assert f"did you mean {meant!r}?" in str(info.value)
+    traits_from_kwargs("transcode", {"model": meant})  # and the suggestion is accepted
+
+
+@pytest.mark.parametrize("given", ["queue/threads/async", "nothing-like-it"])
+def test_a_model_close_to_none_suggests_nothing(given: str) -> None:
+    with pytest.raises(DeclarationError) as info:
+        traits_from_kwargs("transcode", {"model": given})
+    assert "did you mean" not in str(info.value)
+    assert "delivery/execution" in str(info.value)
+
+
+def test_closest_never_suggests_the_word_itself_or_a_stranger() -> None:
+    from foundry._suggest import closest, closest_path
+
+    assert closest("queue", ["queue", "stream"]) is None
+    assert closest("broker_pool_size", ["home", "queue", "pool"]) is None
+    assert closest("", ["queue"]) is None
+    assert closest("idem", ["idempotent", "isolate"]) == "idempotent"  # the one name it begins
+    assert closest("con", ["concurrency", "consumers"]) is None  # two: not a guess worth making
+    assert closest_path("queue/threads", [["queue"], ["threads"]]) is None  # nothing to correct
+    assert closest_path("queue", [["queue"], ["threads"]]) is None
+
+
+def test_ordered_work_may_be_parallel_because_the_join_restores_order() -> None:
+    # parallel's map yields results in input order, so ordered=True does not contradict it
+    app = Foundry()
+    unit = app.work(ordered=True, model="parallel", name="ordered_parallel")(lambda xs: xs)
+    assert unit.decision.execution == "parallel"
+    assert "order-lost-by-parallel-model" not in [w.code for w in unit.decision.warnings]
+
+
+@pytest.mark.parametrize(
     ("raw", "field"),
     [
-        ({"ordered": True, "model": "parallel"}, "model"),
-        ({"ordered": True, "model": "queue/parallel"}, "model"),
+        ({"releases_gil": "yes"}, "releases_gil"),
+        ({"adaptive": "yes"}, "adaptive"),
+        ({"adaptive": True, "model": "processes"}, "adaptive"),
         ({"concurrency": 0}, "concurrency"),
         ({"concurrency": 2.5}, "concurrency"),
         ({"bound": "gpu"}, "bound"),
@@ -136,6 +204,28 @@ def test_bad_phase_is_rejected_with_the_phase_named() -> None:
         app.work(name="pay", phases={"sign": {"est": "-1ms"}})(lambda: None)
     with pytest.raises(DeclarationError, match=r"phases"):
         app.work(phases={"sign": 3})(lambda: None)  # type: ignore[dict-item]
+
+
+def test_phases_inherit_adaptive_and_may_declare_it_alone() -> None:
+    app = Foundry()
+
+    @app.work(bound="io", concurrency=300, adaptive=True, phases={"sign": {}, "log": {"adaptive": False}})
+    async def unit_wide(req: object) -> None: ...
+
+    @app.work(bound="io", concurrency=300, phases={"sign": {"adaptive": True}})
+    async def one_phase(req: object) -> None: ...
+
+    # A phase declared onto a pool needs no moving, whatever it inherited.
+    @app.work(bound="io", adaptive=True, phases={"sign": {"model": "processes"}})
+    async def already_off(req: object) -> None: ...
+
+    assert unit_wide.phase_traits["sign"].adaptive
+    assert not unit_wide.phase_traits["log"].adaptive
+    assert one_phase.phase_traits["sign"].adaptive
+    assert not one_phase.traits.adaptive
+    assert already_off.phases["sign"].execution == "processes"
+    # adaptive is about where the work runs, not what the engine decides
+    assert unit_wide.decision.model == one_phase.decision.model == "direct/async"
 
 
 def test_override_is_split_into_axes() -> None:

@@ -5,7 +5,7 @@ The public surface is this module's ``__all__`` (pinned by ``tests/test_public_a
 everything else is reachable by its module path and may change between minor versions.
 """
 
-from foundry.app import Foundry
+from foundry.app import Foundry, loop
 from foundry.decide import Decision, Host, decide
 from foundry.errors import (
     BackendError,
@@ -21,12 +21,14 @@ from foundry.errors import (
     OverloadError,
     PayloadTooLargeError,
     PoolDeadlockError,
+    RecordError,
     RemoteError,
     ResultTimeoutError,
     SubmitError,
     WorkTimeoutError,
 )
 from foundry.execute import checkpoint, scope
+from foundry.execute.progress import progress
 from foundry.handle import Handle, Status
 from foundry.traits import Traits
 
@@ -50,6 +52,7 @@ __all__ = [
     "OverloadError",
     "PayloadTooLargeError",
     "PoolDeadlockError",
+    "RecordError",
     "RemoteError",
     "ResultTimeoutError",
     "Status",
@@ -59,5 +62,7 @@ __all__ = [
     "__version__",
     "checkpoint",
     "decide",
+    "loop",
+    "progress",
     "scope",
 ]

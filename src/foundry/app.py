@@ -6,28 +6,38 @@ imported lazily, so ``import foundry`` needs no broker client and starts nothing
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, Never, overload
 
-from foundry.config import Settings, load_settings
+from foundry.config import Settings, load_settings, unknown_argument_error
 from foundry.decide import Decision, Host
-from foundry.errors import DeclarationError, NotFoundError
+from foundry.errors import DeclarationError, NotFoundError, UnknownTraitError
 from foundry.observe.metrics import Registry
+from foundry.observe.tracing import Tracing
 from foundry.profile import current_host
 from foundry.runtime import Runner, RuntimeContext, UnitSpec
-from foundry.traits import traits_from_kwargs
+from foundry.schedules.schedule import FIELDS as SCHEDULE_FIELDS
+from foundry.schedules.schedule import Schedule, split_schedule, takes_tick
+from foundry.serialize import ErrorTypes
+from foundry.traits import Traits, traits_from_kwargs
 from foundry.units import WorkUnit, check_callable
 
-__all__ = ["Foundry"]
+if TYPE_CHECKING:
+    from foundry.execute.adaptive import PhaseMover
+    from foundry.execute.asyncio_loop import LoopThread
+
+__all__ = ["Foundry", "loop"]
 
 # delivery model -> module with ``make_runner(spec: UnitSpec, ctx: RuntimeContext) -> Runner``
 _RUNTIMES: dict[str, str] = {
     "direct": "foundry.execute",
-    "pool": "foundry.execute",
+    "pool": "foundry.deliver.pool",
     "queue": "foundry.deliver.queue",
     "workflow": "foundry.deliver.workflow",
     "stream": "foundry.deliver.stream",
@@ -39,7 +49,28 @@ class Foundry:
 
     ``Foundry()`` uses the embedded default: in-process execution, SQLite under
     ``./.foundry``. Pass URLs (``queue="amqp://guest:guest@localhost/"``) or set
-    ``FOUNDRY_QUEUE`` / ``foundry.toml`` to run durable work on real engines.
+    ``FOUNDRY_QUEUE`` / ``foundry.toml`` to run durable work on real engines;
+    ``pool="nats://…"`` serves ``pool`` units from workers on many hosts;
+    ``cluster="tcp://scheduler:8786"`` (Dask) or ``"ray://head:10001"`` computes the chunks
+    of ``parallel`` units on that cluster instead of this machine's processes.
+
+    ``watchdog``: every event loop Foundry runs (the managed loop of async units, the
+    loops of queue workers, workflow steps, stream consumers and pipelines' async stages)
+    has a loop-lag monitor and a starvation watchdog, on by default at 100 ms;
+    ``watchdog=False`` (or ``FOUNDRY_WATCHDOG=off``, ``watchdog = false`` in
+    ``foundry.toml``) turns them off, a duration (``"50ms"``) sets the threshold
+    (``docs/observability.md``).
+
+    An unknown keyword argument is a :class:`~foundry.errors.ConfigError` naming the
+    closest known one (``Foundry(queues=...)``: did you mean ``queue``?), like an unknown
+    key of ``foundry.toml`` or a misspelt ``FOUNDRY_*`` variable; a type checker flags it
+    too (``**unknown: Never``).
+
+    ``tracing``: OpenTelemetry spans and W3C trace context carried by queue jobs, workflow
+    runs and stream events, from submit to the worker (``docs/tracing.md``). ``True`` (or
+    ``FOUNDRY_TRACING=on``) needs ``opentelemetry-api``; a ``TracerProvider`` traces on it
+    instead of the global one; ``False`` never imports it; the default traces once the
+    application has set a global ``TracerProvider``.
     """
 
     def __init__(
@@ -50,9 +81,20 @@ class Foundry:
         queue: str | None = None,
         stream: str | None = None,
         journal: str | None = None,
+        pool: str | None = None,
+        cluster: str | None = None,
         host: Host | None = None,
+        watchdog: bool | float | str | None = None,
+        tracing: bool | Any = None,
+        **unknown: Never,
     ) -> None:
+        if unknown:
+            known = [
+                p for p in inspect.signature(Foundry.__init__).parameters if p not in ("self", "unknown")
+            ]
+            raise unknown_argument_error("Foundry()", next(iter(unknown)), known)
         self.name = name
+        self.tracing = Tracing.from_setting(tracing)
         # The machine decisions are made for: this one, unless told (a plan for another
         # machine, or a test that pins the answers).
         self.host: Host = host if host is not None else current_host()
@@ -61,6 +103,9 @@ class Foundry:
             "queue": queue,
             "stream": stream,
             "journal": journal,
+            "pool": pool,
+            "cluster": cluster,
+            "watchdog": watchdog,
         }
         self._settings: Settings | None = None
         self.units: dict[str, WorkUnit] = {}
@@ -69,8 +114,13 @@ class Foundry:
         self._runners: dict[str, Runner] = {}
         self._lock = threading.Lock()
         self._metrics: Registry | None = None
+        self._mover: PhaseMover | None = None
+        # Exception types rebuilt from error records read back from a store, for every
+        # unit of this app (besides builtins', Foundry's and each unit's own module's):
+        # ``app.errors.register(MyError)``. See docs/security.md.
+        self.errors = ErrorTypes()
         # Validate URLs now so a typo fails at construction, not at first submit.
-        if any(v is not None for v in (queue, stream, journal)):
+        if any(v is not None for v in (queue, stream, journal, pool, cluster, watchdog)):
             self._settings = load_settings(**self._settings_args)
 
     # -- configuration ---------------------------------------------------------
@@ -136,8 +186,13 @@ class Foundry:
         def register(target: Callable[..., Any]) -> WorkUnit:
             unit_name = name or getattr(target, "__name__", None) or repr(target)
             check_callable(unit_name, target)
-            parsed = traits_from_kwargs(unit_name, traits)
+            when, rest = split_schedule(unit_name, traits)
+            if when and "durable" not in rest:
+                rest["durable"] = True  # a schedule's ticks are queue jobs
+            parsed = _traits(unit_name, rest)
             unit = WorkUnit(self, target, self._unique(unit_name), parsed, phases)
+            if when:
+                unit.schedule = _schedule(unit, when)
             self.units[unit.name] = unit
             return unit
 
@@ -176,6 +231,16 @@ class Foundry:
         self.streams[name] = decl
         return decl
 
+    def phase_mover(self) -> PhaseMover:
+        """What attributes and moves this app's phase hooks (``@unit.phase``;
+        ``foundry.execute.adaptive``): made with the first one."""
+        with self._lock:
+            if self._mover is None:
+                from foundry.execute.adaptive import PhaseMover
+
+                self._mover = PhaseMover(self.metrics, host=self.host)
+            return self._mover
+
     # -- deciding --------------------------------------------------------------
 
     def plan(self) -> list[tuple[str, Decision, dict[str, Decision]]]:
@@ -208,7 +273,12 @@ class Foundry:
 
     def context(self) -> RuntimeContext:
         return RuntimeContext(
-            app_name=self.name, settings=self.settings, metrics=self.metrics, lookup=self.spec
+            app_name=self.name,
+            settings=self.settings,
+            metrics=self.metrics,
+            lookup=self.spec,
+            errors=self.errors,
+            tracing=self.tracing,
         )
 
     def runner_for(self, spec: UnitSpec) -> Runner:
@@ -247,6 +317,8 @@ class Foundry:
             runners, self._runners = list(self._runners.values()), {}
         for runner in runners:
             runner.close(timeout)
+        if self._mover is not None:  # moves end; the phases' pools drain
+            self._mover.close(timeout)
         queue_module = sys.modules.get("foundry.deliver.queue")
         if queue_module is not None:  # handles made by app.job() hold a connection
             queue_module.close_handles(self)
@@ -260,3 +332,58 @@ class Foundry:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _traits(unit: str, raw: Mapping[str, Any]) -> Traits:
+    """``traits_from_kwargs``, with a typo of a schedule option suggested too."""
+    try:
+        return traits_from_kwargs(unit, raw)
+    except UnknownTraitError as exc:
+        close = difflib.get_close_matches(exc.field, SCHEDULE_FIELDS, n=1, cutoff=0.75)
+        if close:
+            raise UnknownTraitError(
+                unit, exc.field, exc.value, exc.problem, f"did you mean {close[0]!r}?"
+            ) from None
+        raise
+
+
+def _schedule(unit: WorkUnit, options: Mapping[str, Any]) -> Schedule:
+    """The unit's :class:`~foundry.schedules.Schedule`, checked against how it runs."""
+    value = options["schedule"]
+    schedule = Schedule(
+        unit.name, value, tz=options.get("tz"), missed=options.get("missed"), catch_up=options.get("catch_up")
+    )
+    if unit.decision.delivery != "queue":
+        raise DeclarationError(
+            unit.name,
+            "schedule",
+            value,
+            f"enqueues a durable queue job per tick, and this unit runs on {unit.decision.model}",
+            "drop durable=False (schedule= makes a unit durable), or a model= that is not queue/...",
+        )
+    takes_tick(unit.name, unit.fn, value)  # a unit a tick cannot call fails here, not at 3 a.m.
+    return schedule
+
+
+def loop(app: Foundry | None = None) -> LoopThread:
+    """The process's managed event loop — where async units called or submitted from
+    sync code run — started if needed and kept for the life of the process.
+
+    ``.loop`` is the running ``asyncio`` loop; ``.run(coro, timeout)`` and
+    ``.submit(coro)`` run a coroutine on it from another thread; ``.watchdog``,
+    ``.monitor``, ``.lag()`` and ``.reports`` are its loop-lag monitor and starvation
+    watchdog (on unless the ``watchdog`` setting is off). With ``app``, the loop's lag
+    and stalls also show in ``app.metrics`` and stalls are attributed to its units.
+    """
+    from foundry.config import watchdog_setting
+    from foundry.execute.asyncio_loop import managed_loop
+
+    handle = managed_loop(pin=True)
+    threshold = app.settings.watchdog if app is not None else watchdog_setting()
+    if threshold is not None:
+        if app is None:
+            handle.watch(threshold)
+        else:
+            units = [unit.spec for unit in app.units.values() if unit.is_async]
+            handle.watch(threshold, registry=app.metrics, units=units)
+    return handle

@@ -15,22 +15,28 @@ from dataclasses import asdict
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from foundry.decide import Decision
+from foundry.decide import Decision, Load
 
 __all__ = [
     "PlanRow",
+    "PlanTable",
     "decision_dict",
     "explain_renderables",
     "first_failure",
+    "load_dict",
     "phase_rows",
+    "phase_summary",
     "plan_json",
     "plan_table",
     "render_markdown",
     "render_text",
+    "why_text",
 ]
 
 # (app name, unit name, main decision, phase decisions) — what `foundry plan` shows.
@@ -47,10 +53,56 @@ def phase_rows(main: Decision, phases: Mapping[str, Decision]) -> list[Decision]
     return [main, *phases.values()]
 
 
+def load_dict(load: Load) -> dict[str, Any]:
+    """The load arithmetic as JSON: every number, the lines, and ``saturated``."""
+    out = asdict(load)
+    out["lines"] = list(load.lines)
+    out["saturated"] = load.saturated
+    return out
+
+
+def why_text(d: Decision) -> str:
+    """Why this decision: both deciding answers, then what each model buys."""
+    return (
+        f"Execution decided by {d.decided_by}: {d.deciding_answer}. Delivery decided by "
+        f"{d.delivery_decided_by}: {d.delivery_answer}. {d.delivery}: {d.delivery_bill.why}. "
+        f"{d.execution}: {d.execution_bill.why}."
+    )
+
+
+def phase_summary(d: Decision) -> dict[str, Any]:
+    """The deciding facts of one phase, the same for ``advise --json``, ``plan --json`` and
+    ``explain --json``: ``name, delivery, execution, decided_by, why, costs, fails, watch,
+    warnings`` (the documented shape) plus the deciding answers, the notes, how order is
+    kept and the load arithmetic."""
+    db, eb = d.delivery_bill, d.execution_bill
+    return {
+        "name": d.phase,
+        "delivery": d.delivery,
+        "execution": d.execution,
+        "decided_by": d.decided_by,
+        "why": why_text(d),
+        "costs": f"{d.delivery}: {db.costs}. {d.execution}: {eb.costs}.",
+        "fails": f"{d.delivery}: {db.fails}. {d.execution}: {eb.fails}.",
+        "watch": list(d.watch),
+        "warnings": [
+            {"code": w.code, "title": w.title, "message": w.message, "fix": w.fix} for w in d.warnings
+        ],
+        "model": d.model,
+        "delivery_decided_by": d.delivery_decided_by,
+        "answer": d.deciding_answer,
+        "delivery_answer": d.delivery_answer,
+        "notes": list(d.notes),
+        "order": d.order,
+        "load": load_dict(d.load),
+    }
+
+
 def decision_dict(d: Decision) -> dict[str, Any]:
-    """A JSON-ready dict of every field of the decision (plus ``model``)."""
+    """A JSON-ready dict of every field of the decision, with :func:`phase_summary`'s keys
+    (``model``, ``why``, the load arithmetic ...) on top."""
     out = asdict(d)
-    out["model"] = d.model
+    out.update(phase_summary(d))
     return out
 
 
@@ -80,11 +132,15 @@ def _decision_renderables(name: str, d: Decision) -> list[RenderableType]:
         _decided_line("execution", d.execution, d.decided_by, d),
     ]
 
+    out.append(Text("Load (Little's law: in flight = arrivals × time per unit):", style="bold"))
+    out.extend(Text(f"  {line}") for line in d.load.lines)
+    if d.order:
+        out.append(Text.assemble(("Order kept: ", "bold"), d.order))
     questions = Table(title="Questions asked, in order", title_justify="left", box=box.SIMPLE_HEAD)
-    questions.add_column("axis", style="dim")
-    questions.add_column("question")
-    questions.add_column("answer")
-    questions.add_column("", justify="center")
+    questions.add_column("axis", style="dim", overflow="fold")
+    questions.add_column("question", overflow="fold")
+    questions.add_column("answer", overflow="fold")
+    questions.add_column("", justify="center", overflow="fold")
     for a in d.questions:
         questions.add_row(
             a.axis, a.question, a.answer, Text("decided", style="bold green") if a.decided else ""
@@ -92,9 +148,9 @@ def _decision_renderables(name: str, d: Decision) -> list[RenderableType]:
     out.append(questions)
 
     bill = Table(title="The bill", title_justify="left", box=box.SIMPLE_HEAD)
-    bill.add_column("", style="bold")
-    bill.add_column(f"delivery: {d.delivery}")
-    bill.add_column(f"execution: {d.execution}")
+    bill.add_column("", style="bold", overflow="fold")
+    bill.add_column(f"delivery: {d.delivery}", overflow="fold")
+    bill.add_column(f"execution: {d.execution}", overflow="fold")
     for field in ("choose_when", "why", "costs", "fails", "guarantees"):
         label = field.replace("_", " ")
         bill.add_row(label, getattr(d.delivery_bill, field), getattr(d.execution_bill, field))
@@ -114,8 +170,8 @@ def _decision_renderables(name: str, d: Decision) -> list[RenderableType]:
     for note in d.notes:
         out.append(Text.assemble(("Note: ", "bold"), note))
     rejected = Table(title="Rejected", title_justify="left", show_header=False, box=None)
-    rejected.add_column(style="bold")
-    rejected.add_column()
+    rejected.add_column(style="bold", overflow="fold")
+    rejected.add_column(overflow="fold")
     for r in d.rejected:
         rejected.add_row(r.model, r.reason)
     out.append(rejected)
@@ -139,24 +195,36 @@ def render_text(name: str, decision: Decision, phases: Mapping[str, Decision]) -
     return buffer.getvalue().rstrip() + "\n"
 
 
-def plan_table(rows: Sequence[PlanRow], *, title: str = "Plan") -> Table:
-    """One line per unit and phase; the app column only when there are several apps."""
-    several_apps = len({app for app, _, _, _ in rows}) > 1
-    warned = any(d.warnings for _, _, main, phases in rows for d in phase_rows(main, phases))
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    if several_apps:
-        table.add_column("app", no_wrap=True)
-    table.add_column("unit", style="bold", no_wrap=True)
-    table.add_column("phase", no_wrap=True)
-    table.add_column("delivery", style="cyan", no_wrap=True)
-    table.add_column("execution", style="cyan", no_wrap=True)
-    table.add_column("decided by")
-    table.add_column("first failure mode", ratio=3, min_width=16)
-    if warned:
-        table.add_column("warnings", style="yellow", ratio=1)
-    for app, unit, main, phases in rows:
-        for d in phase_rows(main, phases):
-            cells = [app] if several_apps else []
+class PlanTable:
+    """The plan as rich renders it: one line per unit and phase in a table where the
+    table fits the width without breaking a word, else one block per unit and phase
+    (its name, model and deciding questions on one line, how it fails first below),
+    which fits any width. Nothing is cut off either way: cells wrap between words, a
+    word longer than its column folds, and no column is dropped."""
+
+    def __init__(self, rows: Sequence[PlanRow], title: str) -> None:
+        self.rows = list(rows)
+        self.title = title
+        self.several_apps = len({app for app, _, _, _ in self.rows}) > 1
+        self.warned = any(d.warnings for _, _, main, phases in self.rows for d in phase_rows(main, phases))
+
+    def _lines(self) -> list[tuple[str, str, Decision]]:
+        return [(app, unit, d) for app, unit, main, phases in self.rows for d in phase_rows(main, phases)]
+
+    def table(self) -> Table:
+        table = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD)
+        if self.several_apps:
+            table.add_column("app", overflow="fold")
+        table.add_column("unit", style="bold", overflow="fold")
+        table.add_column("phase", overflow="fold")
+        table.add_column("delivery", style="cyan", overflow="fold")
+        table.add_column("execution", style="cyan", overflow="fold")
+        table.add_column("decided by", overflow="fold")
+        table.add_column("first failure mode", ratio=3, overflow="fold")
+        if self.warned:
+            table.add_column("warnings", style="yellow", ratio=1, overflow="fold")
+        for app, unit, d in self._lines():
+            cells = [app] if self.several_apps else []
             cells += [
                 unit,
                 d.phase,
@@ -165,10 +233,43 @@ def plan_table(rows: Sequence[PlanRow], *, title: str = "Plan") -> Table:
                 f"{d.delivery_decided_by} / {d.decided_by}",
                 first_failure(d),
             ]
-            if warned:
+            if self.warned:
                 cells.append(", ".join(w.code for w in d.warnings))
             table.add_row(*cells)
-    return table
+        return table
+
+    def blocks(self) -> Group:
+        parts: list[RenderableType] = [Text(self.title, style="italic"), Text("")]
+        for app, unit, d in self._lines():
+            line = Text()
+            if self.several_apps:
+                line.append(f"{app} ")
+            line.append(unit, style="bold")
+            if d.phase != "main":
+                line.append(f" · phase {d.phase}")
+            line.append("  ")
+            line.append(d.model, style="cyan")
+            line.append(f"  decided by {d.delivery_decided_by} / {d.decided_by}")
+            parts.append(line)
+            parts.append(Padding(Text(f"fails first: {first_failure(d)}", style="dim"), (0, 0, 0, 4)))
+            if d.warnings:
+                warned = "warnings: " + ", ".join(w.code for w in d.warnings)
+                parts.append(Padding(Text(warned, style="yellow"), (0, 0, 0, 4)))
+        return Group(*parts)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = self.table()
+        needs = Measurement.get(console, options.update_width(1 << 16), table).minimum  # unclamped
+        if needs <= options.max_width:
+            yield table
+        else:
+            yield self.blocks()
+
+
+def plan_table(rows: Sequence[PlanRow], *, title: str = "Plan") -> PlanTable:
+    """One line per unit and phase (``foundry plan``); the app column only when there are
+    several apps. Renders as a table, or as blocks where a table would not fit."""
+    return PlanTable(rows, title)
 
 
 # -- Markdown decision record -------------------------------------------------------
@@ -185,6 +286,10 @@ def _markdown_decision(unit: str, d: Decision) -> list[str]:
         "",
         f"**Decision:** `{d.model}`" + (" (explicit `model=` override)" if d.overridden else ""),
         f"— delivery decided by *{d.delivery_decided_by}*, execution decided by *{d.decided_by}*.",
+        "",
+        "**Load:**",
+        *(f"- {_md(line)}" for line in d.load.lines),
+        *(["", f"**Order kept:** {_md(d.order)}"] if d.order else []),
         "",
         "| # | axis | question | answer | decided |",
         "|---|---|---|---|---|",
@@ -220,11 +325,11 @@ def render_markdown(rows: Sequence[PlanRow], *, source: str) -> str:
     lines = [
         f"# Execution decisions: `{source}`",
         "",
-        "Generated by `foundry plan --markdown`. Each unit of work is decided on two axes:",
-        "*delivery* (how work reaches a worker, what survives a crash) for the unit, and",
-        "*execution* (how it runs inside the worker) for each phase. Each decision lists the",
-        "questions asked in order, the one that decided, the bill, what to watch, and what was",
-        "rejected. Re-run after changing a unit's traits; review the diff like code.",
+        f"Generated by `foundry plan {source} --markdown DECISIONS.md`. Each unit of work is",
+        "decided on two axes: *delivery* (how work reaches a worker, what survives a crash) for",
+        "the unit, and *execution* (how it runs inside the worker) for each phase. Each decision",
+        "lists the questions asked in order, the one that decided, the bill, what to watch, and",
+        "what was rejected. Re-run after changing a unit's traits; review the diff like code.",
         "",
         "## Summary",
         "",

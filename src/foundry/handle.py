@@ -55,7 +55,8 @@ class Source(Protocol):
     ``False`` when ``timeout`` (seconds; ``None`` = forever) passed first; they never
     raise for the *work's* failure. ``outcome`` is only called after a ``True``.
     ``cancel`` returns ``True`` when the work will not run (or was stopped) and its
-    outcome is now a :class:`~foundry.errors.CancelledError`.
+    outcome is now a :class:`~foundry.errors.CancelledError` — or, for a durable job that
+    runs on a worker somewhere, will be once that worker has stopped it.
     """
 
     def status(self) -> Status: ...

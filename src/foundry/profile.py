@@ -12,6 +12,15 @@ slows allocation-heavy code several-fold). The CPU/wall ratio classifies the wor
 - ``<= 0.2``  waiting-bound (``bound="io"``);
 - otherwise   mixed: split the computing part into a phase.
 
+For compute-bound work under the GIL it then asks whether the code releases the GIL
+(native code: hashlib on large buffers, zlib, ``cryptography``, numpy): it runs the
+callable in 2 threads at once and compares calls per second with 1 thread. About 2×
+means it releases the GIL (``releases_gil=True``: a thread pool uses the cores); about
+1× means pure Python holding it (process workers are needed). Where the measurement
+contradicts the declaration — ``bound``, ``est`` off by 2× or more either way,
+``releases_gil`` — it says so (``foundry.decide.drift``) and the decision is re-made
+with the measured values (``foundry.decide.reclassify``).
+
 Async callables run on a fresh event loop in this thread (``asyncio.run``), so the
 loop's own overhead is part of the measurement, as it is in production.
 
@@ -22,32 +31,41 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import os
 import statistics
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from foundry.decide import Decision, Host, decide
+from foundry.decide import Decision, Host, Measured, drift, reclassify
 from foundry.errors import DeclarationError, SubmitError
 from foundry.traits import Traits
 
 __all__ = [
     "COMPUTE_RATIO",
+    "HOLDS_GIL",
+    "RELEASES_GIL",
     "WAIT_RATIO",
     "Profile",
     "Run",
     "classify",
     "current_host",
+    "gil_verdict",
     "profile_callable",
 ]
 
 COMPUTE_RATIO = 0.8
 WAIT_RATIO = 0.2
 MAX_RUNS = 10_000
+RELEASES_GIL = 1.5  # 2 threads do at least this many times the calls per second of 1
+HOLDS_GIL = 1.25  # ... at most this many: the threads took turns
+PROBE_SECONDS = 0.05  # each probe thread runs at least this long (short calls repeat)
+PROBE_MIN = 0.001  # calls shorter than this are not probed
 
 
 def current_host() -> Host:
@@ -84,6 +102,12 @@ class Profile:
     inferred: Traits
     decision: Decision
     disagreements: tuple[str, ...] = field(default=())
+    gil_speedup: float | None = None  # 2 threads' calls per second ÷ 1 thread's (compute under the GIL)
+
+    @property
+    def releases_gil(self) -> bool | None:
+        """What the 2-thread probe says (``None``: not probed, or inconclusive)."""
+        return None if self.gil_speedup is None else gil_verdict(self.gil_speedup)
 
     @property
     def wall(self) -> float:
@@ -120,12 +144,22 @@ class Profile:
             "classification": self.kind,
             "peak_memory_bytes": self.peak_memory,
             "host": {"cores": self.host.cores, "gil": self.host.gil},
-            "inferred_traits": {"est": self.inferred.est, "bound": self.inferred.bound},
+            "inferred_traits": {
+                "est": self.inferred.est,
+                "bound": self.inferred.bound,
+                "releases_gil": self.inferred.releases_gil,
+            },
+            "gil_probe": None
+            if self.gil_speedup is None
+            else {"threads": 2, "speedup": self.gil_speedup, "releases_gil": self.releases_gil},
             "disagreements": list(self.disagreements),
             "decision": {
                 "delivery": self.decision.delivery,
                 "execution": self.decision.execution,
                 "decided_by": self.decision.decided_by,
+                "answer": self.decision.deciding_answer,
+                "notes": list(self.decision.notes),
+                "load": list(self.decision.load.lines),
                 "warnings": [w.code for w in self.decision.warnings],
             },
         }
@@ -138,6 +172,51 @@ def classify(ratio: float) -> str:
     if ratio <= WAIT_RATIO:
         return "io"
     return "mixed"
+
+
+def gil_verdict(speedup: float) -> bool | None:
+    """From the 2-thread probe: ``True`` (releases the GIL), ``False`` (holds it) or
+    ``None`` when the ratio is between the two (a loaded machine; probe again)."""
+    if speedup >= RELEASES_GIL:
+        return True
+    if speedup <= HOLDS_GIL:
+        return False
+    return None
+
+
+def _gil_probe(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], serial: Sequence[Run]
+) -> float | None:
+    """Calls per second of 2 threads running ``fn`` at once ÷ that of 1 (``serial``)."""
+    total = sum(r.wall for r in serial)
+    if total <= 0:
+        return None
+    median = statistics.median(r.wall for r in serial)
+    calls = max(2, len(serial), min(MAX_RUNS, math.ceil(PROBE_SECONDS / max(median, 1e-6))))
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        start.wait()
+        try:
+            for _ in range(calls):
+                fn(*args, **kwargs)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, name=f"foundry-gil-probe-{i}") for i in range(2)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    took = time.perf_counter() - began
+    if errors:
+        raise errors[0]
+    if took <= 0:
+        return None
+    return (2 * calls / took) / (len(serial) / total)
 
 
 def _process_cpu() -> float:
@@ -222,9 +301,11 @@ def profile_callable(
     target: str = "",
     declared: Traits | None = None,
     host: Host | None = None,
+    gil_probe: bool = True,
 ) -> Profile:
     """Run ``fn(*args, **kwargs)`` ``runs`` times (plus one traced run for memory),
-    infer ``est`` and ``bound``, and decide with them over the ``declared`` traits.
+    infer ``est`` and ``bound`` (and, for computing under the GIL, whether it releases
+    the GIL: ``gil_probe``), and re-decide the ``declared`` traits with them.
 
     Exceptions from ``fn`` propagate: a profile of a failing call means nothing.
     """
@@ -252,17 +333,20 @@ def profile_callable(
     total_wall = sum(r.wall for r in measured)
     ratio = sum(r.process_cpu for r in measured) / total_wall if total_wall > 0 else 0.0
     bound = classify(ratio)
-    disagreements = []
-    if declared.bound is not None and declared.bound != bound:
-        disagreements.append(
-            f"declared bound={declared.bound!r} but measured {bound!r} (CPU/wall {ratio:.2f}): "
-            "reclassify this phase"
-        )
-    if declared.est is not None and wall > 2 * declared.est:
-        disagreements.append(
-            f"declared est={declared.est:.4g}s but measured {wall:.4g}s (median): update est="
-        )
-    inferred = declared.merged(est=wall, bound=bound)
+    speedup: float | None = None
+    probe = gil_probe and bound == "cpu" and host.gil is not False and (host.cores or 1) >= 2
+    # Below a millisecond a call is mostly the clocks' and the loop's own cost: no verdict.
+    if probe and wall >= PROBE_MIN and not inspect.iscoroutinefunction(fn):
+        speedup = _gil_probe(fn, args, kwargs, measured)
+    verdict = None if speedup is None else gil_verdict(speedup)
+    found = Measured(est=wall, bound=bound, releases_gil=verdict, source="foundry profile")
+    disagreements = [
+        f"{line} (CPU/wall {ratio:.2f})" if line.startswith("declared bound=") else line
+        for line in drift(declared, found)
+    ]
+    inferred = declared.merged(
+        est=wall, bound=bound, **({} if verdict is None else {"releases_gil": verdict})
+    )
     return Profile(
         target=name,
         runs=measured,
@@ -270,8 +354,9 @@ def profile_callable(
         host=host,
         declared=declared,
         inferred=inferred,
-        decision=decide(inferred, host=host),
+        decision=reclassify(declared, found, host=host),
         disagreements=tuple(disagreements),
+        gil_speedup=speedup,
     )
 
 

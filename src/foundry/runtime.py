@@ -15,6 +15,8 @@ from foundry.config import Settings
 from foundry.decide.model import Decision
 from foundry.handle import Handle
 from foundry.observe.metrics import Registry
+from foundry.observe.tracing import OFF, Tracing
+from foundry.serialize import DEFAULT_ERROR_TYPES, ErrorTypes
 from foundry.traits import Traits
 
 __all__ = ["Runner", "RuntimeContext", "SubmitOptions", "UnitSpec"]
@@ -29,9 +31,13 @@ class UnitSpec:
     traits: Traits
     decision: Decision  # the unit's main decision
     phases: Mapping[str, Decision] = field(default_factory=dict)
+    phase_traits: Mapping[str, Traits] = field(default_factory=dict)  # each phase's own traits
     is_async: bool = False
     module: str = ""  # importable module of fn ("" when not importable)
     qualname: str = ""
+    # The exception types its error records may be rebuilt as (builtins, Foundry's, its
+    # module's, its errors=/retry_on= types and the app's registered ones).
+    errors: ErrorTypes = DEFAULT_ERROR_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,7 @@ class SubmitOptions:
     eta: float | None = None  # absolute unix time
     priority: int = 0  # higher runs first
     timeout: float | None = None  # per-task timeout, overrides the unit's
+    deadline: float | None = None  # work pool: the whole request's budget, overrides the unit's
 
 
 class Runner(Protocol):
@@ -74,3 +81,5 @@ class RuntimeContext:
     settings: Settings
     metrics: Registry
     lookup: Callable[[str], UnitSpec]  # unit name -> spec (for workers and workflows)
+    errors: ErrorTypes = DEFAULT_ERROR_TYPES  # the app's allow-list (``app.errors``)
+    tracing: Tracing = OFF  # the app's OpenTelemetry switch (``Foundry(tracing=...)``)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundry.errors import ConfigError, DeclarationError
 from foundry.traits import parse_duration, parse_size, traits_from_kwargs
-from foundry.units import decide_phases
+from foundry.units import decide_phases, refuse_adaptive
 
 if TYPE_CHECKING:
     from foundry.app import Foundry
@@ -62,6 +62,7 @@ class StreamDecl:
         if key is not None:
             defaults["key"] = key
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
+        refuse_adaptive(name, self.traits, "a stream")
         self.key = self.traits.key
         self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         self.config = self._config(options)
@@ -116,6 +117,8 @@ class StreamDecl:
                 metrics=self.app.metrics,
                 key_field=self.key,
                 codec=self.codec,
+                watchdog=self.app.settings.watchdog,
+                tracing=self.app.tracing,
             )
             for fn, options in self._consumers:
                 runtime.add_group(fn, options)

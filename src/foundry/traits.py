@@ -14,24 +14,26 @@ decision engine can use it.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+from foundry._suggest import closest, closest_path
 from foundry.errors import DeclarationError, UnknownTraitError
 
 __all__ = [
     "DELIVERIES",
     "EXECUTIONS",
+    "QUEUE_NAME_RULE",
     "Bound",
     "Overflow",
     "Traits",
     "parse_duration",
     "parse_rate",
     "parse_size",
+    "queue_name_problem",
     "traits_from_kwargs",
 ]
 
@@ -48,6 +50,23 @@ EXECUTIONS: tuple[str, ...] = (
     "channels",
     "parallel",
 )
+
+# One rule for queue names on every engine, so a unit declared against SQLite keeps working on
+# RabbitMQ: AMQP 0-9-1's queue-name domain (letters, digits, "-", "_", ".", ":"), and short
+# enough that the RabbitMQ engine's longest derived name (``<prefix>.<queue>.delay.<ms>``, with
+# a prefix of up to 100 characters) stays within AMQP's 255 bytes.
+QUEUE_NAME_RULE = "1-100 characters from A-Z, a-z, 0-9 and - _ . : (AMQP's queue-name characters)"
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+
+def queue_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a durable queue on every engine (``None`` when it can)."""
+    if not isinstance(name, str):
+        return f"is a {type(name).__name__}, not a string"
+    if not _QUEUE_NAME.fullmatch(name):
+        return f"is not a queue name every engine accepts: use {QUEUE_NAME_RULE}"
+    return None
+
 
 _DURATION_UNITS: dict[str, float] = {
     "us": 1e-6,
@@ -203,6 +222,11 @@ class Traits:
     """Q6: long-running (derived from ``est`` when not given: ≥ 10 s)."""
     isolate: bool = False
     """Q7: a crash must be contained (untrusted, crash-prone or leaky native code)."""
+    releases_gil: bool = False
+    """Q2, for ``bound="cpu"``: the computing is native code that releases the GIL while it
+    runs (hashlib on large buffers, zlib, ``cryptography``, numpy), so threads use several
+    cores. ``False`` (the default): pure Python, which under the GIL needs processes to use
+    more than one core. ``foundry profile`` measures it (2 threads against 1)."""
     stages: int | None = None
     """Stages that hand data on to each other (a pipeline): channels."""
     partitionable: bool = False
@@ -210,7 +234,12 @@ class Traits:
     items: int | None = None
     """Input size for partitionable work (element count)."""
     workers: int | None = None
-    """Threads or processes that run units at once (a pool's size). ``None``: sized by the runtime."""
+    """Threads or processes that run units at once (a pool's size). ``None``: the decision
+    sizes it from the load (``decision.load.concurrency``), else the runtime's default."""
+    min_workers: int | None = None
+    """Work pool: the fewest worker processes kept (the elastic controller never goes below)."""
+    max_workers: int | None = None
+    """Work pool: the most worker processes started (the elastic controller never goes above)."""
     waits_on_pool: bool = False
     """A unit submits work to its own pool and waits for the result (pool deadlock risk)."""
 
@@ -230,15 +259,22 @@ class Traits:
     background: bool = False
     """Nobody waits for the result (fire and forget, occasional)."""
     idempotent: bool = False
-    """Running it twice has the same effect as once."""
+    """Running it twice has the same effect as once. A work pool retries a lost attempt of
+    an idempotent unit on another worker, with the same idempotency key; any other unit
+    fails with :class:`~foundry.errors.WorkerLostError` instead."""
     key: str | None = None
-    """Name of the argument/field that orders and partitions work (per-key order)."""
+    """Name of the argument/field that orders and partitions work (per-key order): with
+    ``ordered=True`` a stream keeps it per partition and in-process models run one unit
+    per key at a time (per-key lanes)."""
 
     # -- operational ----------------------------------------------------------
     model: str | None = None
     """Explicit override: ``"queue"``, ``"processes"`` or ``"queue/processes"``."""
     retries: int = 0
     timeout: float | None = None
+    deadline: float | None = None
+    """Work pool: the whole request's budget (waiting for a free worker, every attempt);
+    ``None``: 30 s. ``timeout`` bounds one attempt on one worker."""
     overflow: Overflow = "block"
     max_pending: int | None = None
     """Bound on accepted-but-not-started work (the intake). ``None``: the runtime's default."""
@@ -250,10 +286,19 @@ class Traits:
     """How a durable model stores arguments and results; pickle only when declared."""
     retry_on: tuple[type[BaseException] | str, ...] = ()
     """Exceptions (types, or names like ``"TimeoutError"``) worth a retry; ``()``: any."""
+    errors: tuple[type[BaseException], ...] = ()
+    """Exception types of other modules this unit raises, rebuilt by type when its error
+    record is read back from a store (besides builtins', Foundry's and the unit's own
+    module's; everything else arrives as ``RemoteError``). See ``docs/security.md``."""
     backoff: float | None = None
     """First retry delay; doubles per attempt with jitter (``None``: the runtime's default)."""
     max_payload: int | None = None
     """Largest encoded arguments a durable model accepts (``"1MB"``; ``None``: 1 MiB)."""
+    adaptive: bool = False
+    """Let Foundry move a phase off the event loop at run time: when the loop watchdog keeps
+    finding a phase (``@unit.phase``) of this ``async def`` unit holding the loop, the phase
+    is re-decided from the measurement and runs on that pool from then on (a phase may
+    declare it alone). ``False``: the drift is only reported (``docs/execution.md``)."""
 
     @property
     def is_long(self) -> bool:
@@ -289,12 +334,24 @@ _BOOL_FIELDS = frozenset(
         "background",
         "idempotent",
         "waits_on_pool",
+        "releases_gil",
+        "adaptive",
     }
 )
 _COUNT_FIELDS = frozenset(
-    {"concurrency", "stages", "consumers", "items", "max_pending", "workers", "max_tasks_per_child"}
+    {
+        "concurrency",
+        "stages",
+        "consumers",
+        "items",
+        "max_pending",
+        "workers",
+        "min_workers",
+        "max_workers",
+        "max_tasks_per_child",
+    }
 )
-_DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff"})
+_DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff", "deadline"})
 
 
 def _check_count(unit: str, name: str, value: Any, minimum: int) -> int:
@@ -317,11 +374,9 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
     parsed: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in TRAIT_NAMES:
-            close = difflib.get_close_matches(name, sorted(TRAIT_NAMES), n=1)
+            near = closest(name, sorted(TRAIT_NAMES))
             hint = (
-                f"did you mean {close[0]!r}?"
-                if close
-                else (f"known traits are: {', '.join(sorted(TRAIT_NAMES))}")
+                f"did you mean {near!r}?" if near else f"known traits are: {', '.join(sorted(TRAIT_NAMES))}"
             )
             raise UnknownTraitError(unit, name, value, "is not a trait", hint)
         if value is None:
@@ -387,6 +442,8 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
             parsed[name] = parse_size(value, unit=unit, field_name=name)
         elif name in ("queue", "codec", "retry_on"):
             parsed[name] = _check_durable(unit, name, value)
+        elif name == "errors":
+            parsed[name] = _check_errors(unit, value)
     traits = replace(base, **parsed) if base is not None else Traits(**parsed)
     _check_consistency(unit, traits, set(parsed))
     return traits
@@ -395,10 +452,9 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
 def _check_durable(unit: str, name: str, value: Any) -> Any:
     """``queue``, ``codec`` and ``retry_on``: the durable models' options."""
     if name == "queue":
-        if not isinstance(value, str) or not value or len(value) > 200:
-            raise DeclarationError(
-                unit, "queue", value, "is not a queue name", 'name the queue, e.g. queue="emails"'
-            )
+        problem = queue_name_problem(value)
+        if problem is not None:
+            raise DeclarationError(unit, "queue", value, problem, 'name the queue, e.g. queue="emails"')
         return value
     if name == "codec":
         if value not in ("json", "pickle"):
@@ -424,6 +480,26 @@ def _check_durable(unit: str, name: str, value: Any) -> Any:
     return items
 
 
+def _check_errors(unit: str, value: Any) -> tuple[type[BaseException], ...]:
+    """``errors=[...]``: exception classes (not names: a name would have to be imported)."""
+    if isinstance(value, type):
+        items: tuple[Any, ...] = (value,)
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = tuple(value)
+    else:
+        items = (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise DeclarationError(
+                unit,
+                "errors",
+                value,
+                f"has {item!r}, which is not an exception class",
+                "list the exception classes the unit raises, e.g. errors=[requests.HTTPError]",
+            )
+    return items
+
+
 def _check_model(unit: str, value: Any) -> str:
     fix = (
         f"use a delivery ({', '.join(DELIVERIES)}), an execution "
@@ -436,22 +512,22 @@ def _check_model(unit: str, value: Any) -> str:
         return value
     if len(parts) == 2 and parts[0] in DELIVERIES and parts[1] in EXECUTIONS:
         return value
-    close = difflib.get_close_matches(value, [*DELIVERIES, *EXECUTIONS], n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    near: str | None = None
+    if len(parts) == 2:  # corrected part by part: queue/thread -> queue/threads
+        near = closest_path(value, (DELIVERIES, EXECUTIONS))
+    elif len(parts) == 1:
+        near = closest(value, [*DELIVERIES, *EXECUTIONS])
+    hint = f"did you mean {near!r}? " if near else ""
     raise DeclarationError(unit, "model", value, "is not a model", hint + fix)
+
+
+# Executions that never run a unit on an event loop: an adaptive phase has no loop to leave.
+_OFF_THE_LOOP = frozenset({"threads", "bounded_pool", "processes", "channels", "parallel"})
 
 
 def _check_consistency(unit: str, t: Traits, given: set[str]) -> None:
     """Contradictions that no decision could honour."""
     _, execution = t.override
-    if t.ordered and execution == "parallel":
-        raise DeclarationError(
-            unit,
-            "model",
-            t.model,
-            "contradicts ordered=True: a parallel model completes items out of order",
-            "drop model= and let Foundry restore order at the join, or declare ordered=False",
-        )
     if t.compensate and not t.multi_step and "multi_step" in given:
         raise DeclarationError(
             unit,
@@ -484,6 +560,16 @@ def _check_consistency(unit: str, t: Traits, given: set[str]) -> None:
             f"is shorter than the estimate est={t.est}s, so every run would time out",
             "raise the timeout above the estimate, or correct est=",
         )
+    _check_pool(unit, t)
+    if t.adaptive and "adaptive" in given and execution in _OFF_THE_LOOP:
+        raise DeclarationError(
+            unit,
+            "adaptive",
+            True,
+            f"moves phases off the event loop the unit runs on, but model={t.model!r} runs it on "
+            f"{execution}, not on a loop: there is nothing to move",
+            "drop adaptive=True, or drop the model= override so the unit runs on its event loop",
+        )
     if t.partitionable and t.isolate and execution == "parallel":
         raise DeclarationError(
             unit,
@@ -491,4 +577,47 @@ def _check_consistency(unit: str, t: Traits, given: set[str]) -> None:
             t.model,
             "is parallel but isolate=True asks for crash containment",
             'use model="processes" for isolation, or drop isolate=True',
+        )
+
+
+def _check_pool(unit: str, t: Traits) -> None:
+    """The work pool's traits: a deadline, worker bounds, and what idempotency permits."""
+    if t.deadline is not None and t.deadline == 0:
+        raise DeclarationError(
+            unit, "deadline", "0s", "leaves no time to answer", 'give a positive deadline such as "2s"'
+        )
+    if t.deadline is not None and t.timeout is not None and t.timeout > t.deadline:
+        raise DeclarationError(
+            unit,
+            "timeout",
+            t.timeout,
+            f"(one attempt) is longer than deadline={t.deadline}s (the whole request)",
+            "make the attempt timeout shorter than the deadline, or raise the deadline",
+        )
+    if t.min_workers is not None and t.max_workers is not None and t.min_workers > t.max_workers:
+        raise DeclarationError(
+            unit,
+            "min_workers",
+            t.min_workers,
+            f"is more than max_workers={t.max_workers}",
+            "give min_workers ≤ max_workers",
+        )
+    if t.workers is not None and (t.min_workers is not None or t.max_workers is not None):
+        raise DeclarationError(
+            unit,
+            "workers",
+            t.workers,
+            "pins the pool's size, but min_workers/max_workers ask for an elastic one",
+            "declare either workers=N (fixed) or min_workers/max_workers (elastic)",
+        )
+    delivery, _ = t.override
+    if delivery == "pool" and t.retries > 0 and not t.idempotent:
+        raise DeclarationError(
+            unit,
+            "retries",
+            t.retries,
+            "asks a work pool to re-run work that is not idempotent: a lost attempt may already have "
+            "had its effect, so a retry could do it twice",
+            "declare idempotent=True if running it twice is safe, or drop retries (a lost attempt then "
+            "fails with WorkerLostError)",
         )

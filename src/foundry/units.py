@@ -15,15 +15,37 @@ from typing import TYPE_CHECKING, Any
 
 from foundry.decide import Decision, Host, decide
 from foundry.errors import DeclarationError, SubmitError
+from foundry.execute.phase import Phase
 from foundry.execute.structured import current_scope
 from foundry.handle import Handle
 from foundry.runtime import Runner, SubmitOptions, UnitSpec
+from foundry.serialize import ErrorTypes
 from foundry.traits import Traits, parse_duration, traits_from_kwargs
 
 if TYPE_CHECKING:
     from foundry.app import Foundry
+    from foundry.schedules import Schedule
 
-__all__ = ["BoundOptions", "WorkUnit", "check_callable", "decide_phases"]
+__all__ = [
+    "BoundOptions",
+    "WorkUnit",
+    "check_adaptive",
+    "check_callable",
+    "check_phase_name",
+    "decide_phases",
+    "phase_traits",
+    "refuse_adaptive",
+    "unit_error_types",
+]
+
+
+def unit_error_types(app: Foundry, fn: Any, traits: Traits) -> ErrorTypes:
+    """The exception types a unit's error records may be rebuilt as: the app's
+    (``app.errors``) plus the classes of the unit's own module and the types it names in
+    ``errors=`` and ``retry_on=`` (``foundry.serialize.ErrorTypes``)."""
+    named = tuple(t for t in traits.retry_on if isinstance(t, type))
+    module = getattr(fn, "__module__", None)
+    return app.errors.scoped(types=(*traits.errors, *named), modules=(module,) if module else ())
 
 
 def check_callable(unit: str, fn: Any) -> Callable[..., Any]:
@@ -49,16 +71,29 @@ def decide_phases(
     ``host`` is the machine the app runs on (cores, GIL); ``None`` lets the engine
     assume a typical one and say so."""
     main = decide(traits, phase="main", host=host)
-    decided: dict[str, Decision] = {}
+    return main, {p: decide(t, phase=p, host=host) for p, t in phase_traits(name, traits, phases).items()}
+
+
+def check_phase_name(unit: str, name: object, field_name: str = "phases") -> str:
+    if not isinstance(name, str) or not name or name == "main":
+        raise DeclarationError(
+            unit,
+            field_name,
+            name,
+            "is not a usable phase name",
+            'name phases with non-empty strings other than "main", e.g. phases={"sign": {...}}',
+        )
+    return name
+
+
+def phase_traits(
+    name: str, traits: Traits, phases: Mapping[str, Mapping[str, Any]] | None
+) -> dict[str, Traits]:
+    """Each declared phase's own traits: the unit's, without its ``model=``, with the
+    phase's on top."""
+    parsed: dict[str, Traits] = {}
     for phase_name, raw in (phases or {}).items():
-        if not isinstance(phase_name, str) or not phase_name or phase_name == "main":
-            raise DeclarationError(
-                name,
-                "phases",
-                phase_name,
-                "is not a usable phase name",
-                'name phases with non-empty strings other than "main", e.g. phases={"sign": {...}}',
-            )
+        check_phase_name(name, phase_name)
         if not isinstance(raw, Mapping):
             raise DeclarationError(
                 name,
@@ -68,13 +103,51 @@ def decide_phases(
                 'write phases={"sign": {"est": "35ms", "bound": "cpu"}}',
             )
         # A phase inherits the unit's answers but not its explicit model override.
-        phase_traits = traits_from_kwargs(f"{name}.{phase_name}", raw, base=traits.merged(model=None))
-        decided[phase_name] = decide(phase_traits, phase=phase_name, host=host)
-    return main, decided
+        parsed[phase_name] = traits_from_kwargs(f"{name}.{phase_name}", raw, base=traits.merged(model=None))
+    return parsed
+
+
+def check_adaptive(unit: WorkUnit) -> None:
+    """``adaptive=True`` moves phases off the event loop this process runs the unit on:
+    refused where there is no such loop."""
+    if not unit.is_async:
+        raise DeclarationError(
+            unit.name,
+            "adaptive",
+            True,
+            "moves phases off the event loop an `async def` unit runs on, and this unit is a plain "
+            "function (it runs in its caller's thread or on a pool, never on a loop)",
+            "declare the unit `async def` (and its computing step with @unit.phase), or drop adaptive=True",
+        )
+    if unit.decision.delivery != "direct":
+        raise DeclarationError(
+            unit.name,
+            "adaptive",
+            True,
+            f"moves phases in the process that runs the unit, and this unit is delivered by "
+            f"{unit.decision.delivery} (it runs in other processes)",
+            "drop adaptive=True: the watchdog in the process that runs it still reports the phase "
+            "and the decision it should have",
+        )
+
+
+def refuse_adaptive(name: str, traits: Traits, what: str) -> None:
+    """Workflows and streams have no phase hooks to move."""
+    if traits.adaptive:
+        raise DeclarationError(
+            name,
+            "adaptive",
+            True,
+            f"moves phases of an `async def` @app.work unit off its event loop (@unit.phase), and {what} "
+            "has none",
+            "drop adaptive=True: the watchdog still names the step or handler that holds its loop",
+        )
 
 
 class WorkUnit:
     """A function declared with ``@app.work(...)``: call it, submit it, map it."""
+
+    schedule: Schedule | None = None  # schedule=: its ticks enqueued by `foundry run` (foundry.schedules)
 
     def __init__(
         self,
@@ -88,10 +161,25 @@ class WorkUnit:
         self.fn = fn
         self.name = name
         self.traits = traits
-        self.decision, self.phases = decide_phases(name, traits, phases, app.host)
+        self.phase_traits = phase_traits(name, traits, phases)
+        self.decision = decide(traits, phase="main", host=app.host)
+        self.phases = {p: decide(t, phase=p, host=app.host) for p, t in self.phase_traits.items()}
+        if traits.deadline is not None and self.decision.delivery != "pool":
+            raise DeclarationError(
+                name,
+                "deadline",
+                traits.deadline,
+                f"bounds a work-pool request, and this unit runs on {self.decision.model}, which would "
+                "ignore it",
+                'use timeout= (it bounds one run), or declare model="pool"',
+            )
         self.is_async = inspect.iscoroutinefunction(fn)
+        if traits.adaptive or any(t.adaptive for t in self.phase_traits.values()):
+            check_adaptive(self)
+        self.hooks: dict[str, Phase] = {}  # the phases marked with @unit.phase, by name
         functools.update_wrapper(self, fn)
         self._runner: Runner | None = None
+        self.error_types = unit_error_types(app, fn, traits)
 
     @property
     def spec(self) -> UnitSpec:
@@ -101,9 +189,11 @@ class WorkUnit:
             traits=self.traits,
             decision=self.decision,
             phases=dict(self.phases),
+            phase_traits=dict(self.phase_traits),
             is_async=self.is_async,
             module=getattr(self.fn, "__module__", "") or "",
             qualname=getattr(self.fn, "__qualname__", "") or "",
+            errors=self.error_types,
         )
 
     @property
@@ -112,6 +202,18 @@ class WorkUnit:
         if runner is None:
             runner = self._runner = self.app.runner_for(self.spec)
         return runner
+
+    def phase(self, name: str, **traits: Any) -> Callable[[Callable[..., Any]], Phase]:
+        """Mark the function that does phase ``name`` of this ``async def`` unit:
+
+        ``@handle_payment.phase("sign")`` above ``def sign(body): ...``; the unit's body
+        then runs it with ``await sign(body)`` — in its task while the phase's decision
+        keeps it in the caller, on a pool once it is decided (or, with ``adaptive=True``,
+        moved) off the loop. Traits here (or in ``phases=``) are the phase's own; it
+        inherits the rest from the unit (``foundry.execute.phase``)."""
+        from foundry.phase_decl import declare_phase
+
+        return lambda fn: declare_phase(self, name, fn, traits)
 
     # -- running -------------------------------------------------------------
 
@@ -158,8 +260,12 @@ class WorkUnit:
         eta: float | None = None,
         priority: int = 0,
         timeout: str | float | None = None,
+        deadline: str | float | None = None,
     ) -> BoundOptions:
-        """Per-submission options: ``unit.options(key="job-42", delay="5m").submit(...)``."""
+        """Per-submission options: ``unit.options(key="job-42", delay="5m").submit(...)``.
+
+        ``deadline`` (work pool) bounds the whole request: waiting for a free worker and
+        every attempt; ``timeout`` bounds one attempt (one run)."""
         opts = SubmitOptions(
             key=key,
             delay=None if delay is None else parse_duration(delay, unit=self.name, field_name="delay"),
@@ -168,9 +274,18 @@ class WorkUnit:
             timeout=None
             if timeout is None
             else parse_duration(timeout, unit=self.name, field_name="timeout"),
+            deadline=None
+            if deadline is None
+            else parse_duration(deadline, unit=self.name, field_name="deadline"),
         )
         if key is not None and (not isinstance(key, str) or not key):
             raise SubmitError(f"unit {self.name!r}: key={key!r} must be a non-empty string")
+        if deadline is not None and self.decision.delivery != "pool":
+            raise SubmitError(
+                f"unit {self.name!r}: deadline={deadline!r} bounds a work-pool request, and this unit runs "
+                f"on {self.decision.model}, which would ignore it. Fix: use timeout= (it bounds one run), or "
+                'declare the unit model="pool"'
+            )
         return BoundOptions(self, opts)
 
     def map(

@@ -14,7 +14,7 @@ from foundry.errors import DeclarationError
 from foundry.handle import Handle
 from foundry.runtime import UnitSpec
 from foundry.traits import parse_duration, traits_from_kwargs
-from foundry.units import decide_phases
+from foundry.units import decide_phases, refuse_adaptive, unit_error_types
 
 if TYPE_CHECKING:
     from foundry.app import Foundry
@@ -30,21 +30,16 @@ class WorkflowUnit:
     :class:`~foundry.handle.Handle`; ``enqueue(...)`` leaves it to workers
     (``foundry workflows worker``); ``run(...)`` (or calling the unit) runs it in the
     calling thread and returns its result. ``id=`` is the idempotency key: starting an
-    id that exists returns a handle on that same workflow.
+    id that exists returns a handle on that same workflow. An ``async def`` workflow gets
+    an :class:`~foundry.deliver.workflow.AsyncWorkflowContext` and awaits its durable
+    calls. ``timeout=`` (a trait) bounds the whole workflow: its deadline is a timer in
+    the journal, and a run past it compensates and ends ``timed_out``.
     """
 
     def __init__(self, app: Foundry, fn: Callable[..., Any], name: str, raw: Mapping[str, Any]) -> None:
         self.app = app
         self.fn = fn
         self.name = name
-        if inspect.iscoroutinefunction(fn):
-            raise DeclarationError(
-                name,
-                "fn",
-                fn,
-                "is an async function; workflow functions are replayed synchronously",
-                "declare the workflow with `def`; its steps may be async functions (wf.step runs them)",
-            )
         params = list(inspect.signature(fn).parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
             raise DeclarationError(
@@ -56,6 +51,7 @@ class WorkflowUnit:
             )
         defaults = {"multi_step": True, "compensate": True, "durable": True}
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
+        refuse_adaptive(name, self.traits, "a workflow")
         self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         if self.decision.delivery != "workflow":
             raise DeclarationError(
@@ -65,7 +61,17 @@ class WorkflowUnit:
                 f"routes a workflow to {self.decision.delivery!r} delivery",
                 "drop model= (a workflow always runs on the journal), or declare it with @app.work",
             )
+        if self.traits.codec != "json":
+            raise DeclarationError(
+                name,
+                "codec",
+                self.traits.codec,
+                "is not available to workflows: the journal stores their arguments, step results "
+                "and results as JSON",
+                "drop codec= and return plain data (ids, numbers, strings, lists, dicts) from steps",
+            )
         functools.update_wrapper(self, fn)
+        self.error_types = unit_error_types(app, fn, self.traits)
 
     @property
     def spec(self) -> UnitSpec:
@@ -75,8 +81,10 @@ class WorkflowUnit:
             traits=self.traits,
             decision=self.decision,
             phases=dict(self.phases),
+            is_async=inspect.iscoroutinefunction(self.fn),
             module=getattr(self.fn, "__module__", "") or "",
             qualname=getattr(self.fn, "__qualname__", "") or "",
+            errors=self.error_types,
         )
 
     @property
@@ -105,6 +113,22 @@ class WorkflowUnit:
     def handle(self, workflow_id: str) -> Handle:
         """A handle on an existing run of this workflow (any process may have started it)."""
         return self.runtime.handle(workflow_id, self.name)
+
+    def query(self, workflow_id: str) -> dict[str, Any]:
+        """What run ``workflow_id`` published (``wf.publish``), read without touching it."""
+        return self.runtime.query(workflow_id)
+
+    def reset(
+        self,
+        workflow_id: str,
+        *,
+        step: str | None = None,
+        position: int | None = None,
+        id: str | None = None,
+    ) -> Handle:
+        """Run the finished ``workflow_id`` again from a completed step (by name or
+        position) as a new workflow ``id`` that keeps the steps before it; it runs here."""
+        return self.runtime.reset(workflow_id, step=step, position=position, new_id=id)
 
     def explain(self) -> str:
         from foundry.explain import render_text

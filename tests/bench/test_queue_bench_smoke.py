@@ -23,3 +23,17 @@ def test_queue_benchmark_runs() -> None:
     assert "Foundry (embedded)" in proc.stdout
     assert "Huey" in proc.stdout
     assert "failed" not in proc.stdout, proc.stdout
+
+
+def test_queue_before_after_benchmark_runs() -> None:
+    src = str(ROOT / "src")
+    options = ["--only", "foundry-sqlite", "--rounds", "1", "--n", "200", "--m", "5"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "queues_ab.py"), "--before", src, "--after", src, *options],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "foundry-sqlite: jobs/s median before" in proc.stdout

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from foundry.profile import current_host
+
 CLI = Callable[..., tuple[int, str, str]]
 SEED_UNITS = [
     "import_csv",
@@ -26,7 +28,8 @@ def test_plan_prints_every_unit_and_phase(cli: CLI) -> None:
     assert code == 0, err
     for unit in SEED_UNITS:
         assert unit in out
-    assert "bounded_pool" in out  # the signing phase
+    assert "processes" in out  # the signing phase: pure-Python computing under the GIL
+    assert "saturation" in out or "first failure mode" in out
     assert "first failure mode" in out
     assert "queue" in out
     assert "processes" in out
@@ -38,12 +41,40 @@ def test_plan_json_for_scripts(cli: CLI) -> None:
     units = {u["name"]: u for u in json.loads(out)["units"]}
     assert sorted(units) == sorted(SEED_UNITS)
     payment = units["handle_payment"]["phases"]
+    computing = "bounded_pool" if current_host().gil is False else "processes"
     assert [(p["phase"], p["model"]) for p in payment] == [
         ("main", "direct/async"),
-        ("sign", "direct/bounded_pool"),
+        ("sign", f"direct/{computing}"),
     ]
     assert payment[0]["execution_bill"]["fails"]
     assert payment[0]["watch"]
+    # the documented keys and the load arithmetic, as in advise --json
+    for key in ("delivery", "execution", "decided_by", "why", "costs", "fails", "warnings", "load"):
+        assert key in payment[1], key
+    assert payment[1]["load"]["computing"] is True
+
+
+def test_advise_plan_and_explain_agree(cli: CLI) -> None:
+    # The payments handler, given to advise as flags, planned from the module, explained:
+    # the same deciding answer, notes and numbers in all three.
+    code, out, _ = cli(
+        "advise", "--est", "40ms", "--bound", "io", "--concurrency", "300", "--rate", "300/s",
+        "--latency", "50ms", "--max-pending", "300", "--overflow", "reject",
+        "--phase", "sign:est=35ms,bound=cpu", "--json",
+    )  # fmt: skip
+    assert code == 0
+    advised = json.loads(out)["phases"]
+    code, out, _ = cli("plan", "foundry.examples.seeds", "--json")
+    planned = next(u for u in json.loads(out)["units"] if u["name"] == "handle_payment")["phases"]
+    code, out, _ = cli("explain", "foundry.examples.seeds:handle_payment", "--json")
+    explained = json.loads(out)["phases"]
+    keys = ("model", "decided_by", "answer", "delivery_answer", "why", "notes", "order", "load", "warnings")
+    for a, p, e in zip(advised, planned, explained, strict=True):
+        for key in keys:
+            assert a[key] == p[key] == e[key], key
+    code, text, _ = cli("explain", "foundry.examples.seeds:handle_payment")
+    assert "in flight: L = λ × W = 300/s × 35ms = 10.5 (Little's law)" in text
+    assert advised[1]["load"]["lines"][0] == "in flight: L = λ × W = 300/s × 35ms = 10.5 (Little's law)"
 
 
 def test_plan_markdown_writes_a_decision_record(cli: CLI, tmp_path: Path) -> None:
@@ -122,6 +153,10 @@ def test_explain_shows_the_whole_bill(cli: CLI) -> None:
     ):
         assert needle in out
     assert "foundry_child_exits_total" in out
+    # duration is always asked, and long work gets its advice
+    assert "Is a unit long-running?" in out
+    assert "long-running (90s)" in out
+    assert "Load (Little's law" in out
 
 
 def test_explain_json_and_markdown(cli: CLI) -> None:

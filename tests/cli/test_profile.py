@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from foundry.decide import Host
-from foundry.profile import classify, current_host, profile_callable
+from foundry.profile import classify, current_host, gil_verdict, profile_callable
 from foundry.traits import Traits
 
 CLI = Callable[..., tuple[int, str, str]]
@@ -101,3 +101,70 @@ def test_bad_input_is_one_line(cli: CLI, app_file: Path, argv: list[str], code: 
     assert needle in err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_declared_est_far_from_the_measured_one_is_reported() -> None:
+    # Declared 35 ms, measured microseconds: the profile says so, and re-decides with it.
+    def tiny() -> int:
+        return 1
+
+    result = profile_callable(tiny, runs=3, declared=Traits(est=0.035, bound="cpu"), host=Host(cores=8))
+    (line,) = [d for d in result.disagreements if d.startswith("declared est=")]
+    assert line.startswith("declared est=35ms but foundry profile measured ")
+    assert "update est=" in line
+    assert any(n.startswith("reclassified: declared est=35ms") for n in result.decision.notes)
+    assert result.decision.load.est == result.wall
+
+
+def test_a_measured_est_far_above_the_declared_one_is_reported_too() -> None:
+    def nap() -> None:
+        import time
+
+        time.sleep(0.02)
+
+    result = profile_callable(nap, runs=1, declared=Traits(est=0.001, bound="io"), host=Host(cores=8))
+    assert any(d.startswith("declared est=1ms but foundry profile measured") for d in result.disagreements)
+    assert not [d for d in result.disagreements if d.startswith("declared bound")]
+
+
+@pytest.mark.parametrize(
+    ("speedup", "verdict"), [(1.9, True), (1.5, True), (1.4, None), (1.25, False), (0.9, False)]
+)
+def test_gil_verdict(speedup: float, verdict: bool | None) -> None:
+    assert gil_verdict(speedup) is verdict
+
+
+def test_the_two_thread_probe_tells_a_released_gil_from_a_held_one() -> None:
+    # Sleeping stands in for native code that releases the GIL; a shared lock held for the
+    # whole call stands in for the GIL itself. Neither depends on how busy the machine is.
+    import threading
+    import time
+
+    from foundry.profile import Run, _gil_probe
+
+    held = threading.Lock()
+
+    def releases() -> None:
+        time.sleep(0.005)
+
+    def holds() -> None:
+        with held:
+            time.sleep(0.005)
+
+    serial = [Run(0.005, 0.0, 0.0)] * 4
+    released = _gil_probe(releases, (), {}, serial)
+    kept = _gil_probe(holds, (), {}, serial)
+    assert released is not None
+    assert kept is not None
+    assert gil_verdict(released) is True
+    assert gil_verdict(kept) is False
+
+
+def test_profile_json_carries_the_gil_probe_and_the_load(cli: CLI, app_file: Path) -> None:
+    code, out, _ = cli("profile", f"{app_file}:burn", "--args", '{"args": [50000]}', "--runs", "2", "--json")
+    assert code == 0
+    body = json.loads(out)
+    assert "gil_probe" in body
+    assert "releases_gil" in body["inferred_traits"]
+    assert body["decision"]["load"]
+    assert body["decision"]["answer"]

@@ -39,6 +39,7 @@ _FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "concurrency": counts,
     "long_running": st.booleans(),
     "isolate": st.booleans(),
+    "releases_gil": st.booleans(),
     "stages": st.integers(min_value=1, max_value=8),
     "partitionable": st.booleans(),
     "items": st.integers(min_value=1, max_value=10**8),

@@ -1,115 +1,61 @@
-"""The seeds' worked examples, table-driven: three candidates (003) and five systems (000 §2)."""
+"""The seeds' examples as declared in foundry.examples.seeds: the decisions `foundry plan`
+shows for them (the worked-cases table in docs/decisions.md has the same rows)."""
 
 from __future__ import annotations
 
-from typing import Any
+from foundry.decide import Host, decide
+from foundry.profile import current_host
 
-import pytest
+from .cases import CASES, HOST, decided
 
-from foundry.decide import decide
-from foundry.traits import traits_from_kwargs
-
-PAYMENT = {"est": "40ms", "bound": "io", "concurrency": 300, "rate": "300/s", "latency": "50ms"}
-
-# (name, traits as an author writes them, delivery, execution, execution decided by)
-CASES: list[tuple[str, dict[str, Any], str, str, str]] = [
-    # seed 003: the three candidates
-    ("40-line CSV import", {"est": "30ms", "items": 40, "bound": "io"}, "direct", "sequential", "size"),
-    ("payments handler, four upstreams", PAYMENT, "direct", "async", "count"),
-    (
-        "payments handler: RSA signing phase",
-        {**PAYMENT, "est": "35ms", "bound": "cpu"},
-        "direct",
-        "bounded_pool",
-        "count",
-    ),
-    (
-        "ffmpeg transcode, 90 s",
-        {"durable": True, "est": "90s", "bound": "cpu", "isolate": True, "retries": 3},
-        "queue",
-        "processes",
-        "isolation",
-    ),
-    # seed 000 §2: the five systems
-    (
-        "deploy-config background task",
-        {"background": True, "durable": True, "retries": 3, "est": "20s", "bound": "io", "rate": "10/h"},
-        "queue",
-        "sequential",
-        "count",
-    ),
-    (
-        "signaling events, several consumers",
-        {
-            "durable": True,
-            "ordered": True,
-            "key": "session_id",
-            "consumers": 3,
-            "replay": True,
-            "est": "2ms",
-            "rate": "2000/s",
-            "bound": "io",
-        },
-        "stream",
-        "sequential",
-        "ordering",
-    ),
-    (
-        "signature processing, idempotent, latency-bound",
-        {
-            "idempotent": True,
-            "latency": "20ms",
-            "est": "15ms",
-            "bound": "cpu",
-            "concurrency": 16,
-            "rate": "500/s",
-        },
-        "pool",
-        "bounded_pool",
-        "count",
-    ),
-    (
-        "multi-step provisioning with compensation",
-        {"multi_step": True, "compensate": True, "durable": True, "est": "10m"},
-        "workflow",
-        "sequential",
-        "fallback",
-    ),
-    ("file save with the user present", {"est": "5ms", "latency": "200ms"}, "direct", "sequential", "size"),
-]
+SEED_ROWS = [c for c in CASES if "(seed" in c.workload]
 
 
-@pytest.mark.parametrize(
-    ("name", "raw", "delivery", "execution", "decided_by"), CASES, ids=[c[0] for c in CASES]
-)
-def test_seed_examples_decide_as_the_seeds_say(
-    name: str, raw: dict[str, Any], delivery: str, execution: str, decided_by: str
-) -> None:
-    # Given the traits the seed describes, when decided,
-    decision = decide(traits_from_kwargs(name, raw))
-    # then both axes match the seed, with the deciding question named and no anti-pattern.
-    assert (decision.delivery, decision.execution) == (delivery, execution)
-    assert decision.decided_by == decided_by
-    assert decision.warnings == ()
-    decided = [a for a in decision.questions if a.decided]
-    assert {a.axis for a in decided} == {"delivery", "execution"}
-    assert len(decided) == 2
+def test_the_seed_rows_decide_as_the_seeds_say() -> None:
+    assert len(SEED_ROWS) == 9
+    for case in SEED_ROWS:
+        d = decided(case)
+        assert d.model == case.model, case.workload
+        decided_questions = [a for a in d.questions if a.decided]
+        assert {a.axis for a in decided_questions} == {"delivery", "execution"}
 
 
 def test_the_examples_module_declares_the_same_decisions() -> None:
     from foundry.examples.seeds import app
 
+    computing = "bounded_pool" if current_host().gil is False else "processes"
     plan = {name: (main.model, {p: d.model for p, d in phases.items()}) for name, main, phases in app.plan()}
     assert plan == {
         "import_csv": ("direct/sequential", {}),
-        "handle_payment": ("direct/async", {"sign": "direct/bounded_pool"}),
+        "handle_payment": ("direct/async", {"sign": f"direct/{computing}"}),
         "transcode": ("queue/processes", {}),
         "deploy_config": ("queue/sequential", {}),
         "signaling": ("stream/sequential", {}),
-        "sign_document": ("pool/bounded_pool", {}),
+        "sign_document": (f"pool/{computing}", {}),
         "provision": ("workflow/sequential", {}),
         "save_file": ("direct/sequential", {}),
     }
+
+
+def test_the_examples_on_an_8_core_host_warn_only_where_the_seed_is_short_of_cores() -> None:
+    from foundry.examples import seeds
+
+    warned = {}
+    for unit in (seeds.import_csv, seeds.handle_payment, seeds.transcode, seeds.deploy_config):
+        warned[unit.name] = [w.code for w in decide(unit.traits, host=HOST).warnings]
+    sign = decide(
+        seeds.handle_payment.traits.merged(est=0.035, bound="cpu", model=None), phase="sign", host=HOST
+    )
+    assert warned == {"import_csv": [], "handle_payment": [], "transcode": [], "deploy_config": []}
+    # 300/s × 35 ms is 10.5 cores of signing: the seed's own numbers do not fit 8 cores
+    assert [w.code for w in sign.warnings] == ["saturation"]
+    assert "10.5 cores of sign on 8" in sign.warnings[0].message
+    on_16 = decide(
+        seeds.handle_payment.traits.merged(est=0.035, bound="cpu", model=None),
+        phase="sign",
+        host=Host(cores=16, gil=True),
+    )
+    assert on_16.warnings == ()
 
 
 def test_the_signing_phase_is_decided_on_its_own() -> None:
@@ -118,6 +64,19 @@ def test_the_signing_phase_is_decided_on_its_own() -> None:
     sign = handle_payment.phases["sign"]
     assert sign.phase == "sign"
     assert handle_payment.decision.execution == "async"
-    assert sign.execution == "bounded_pool"
-    assert "foundry_pool_busy" in sign.watch
+    assert sign.execution in ("processes", "bounded_pool")
+    assert sign.load.computing
+    assert sign.load.concurrency == min(300, sign.load.cores)
     assert "foundry_loop_lag_seconds" in handle_payment.decision.watch
+    assert "foundry_child_exits_total" in sign.watch or sign.execution == "bounded_pool"
+
+
+def test_long_examples_get_their_duration_advice() -> None:
+    from foundry.examples.seeds import provision, transcode
+
+    advice = [n for n in transcode.decision.notes if n.startswith("long-running")]
+    assert advice
+    assert "timeout=5m is declared" in advice[0]
+    assert "kills the child" in advice[0]
+    assert "retried job starts again from the top" in advice[0]
+    assert any(n.startswith("long-running (10m)") for n in provision.decision.notes)

@@ -90,3 +90,42 @@ def ignore_sigterm_and_sleep(seconds: float) -> None:
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(seconds)
+
+
+def keyed_step(item: dict[str, Any]) -> tuple[str, int, float, float]:
+    """One unit of a keyed stream: sleep ``item["sleep"]`` and say when it ran, on the
+    system-wide monotonic clock (child processes share it). ``fail`` raises instead."""
+    start = time.monotonic()
+    time.sleep(item.get("sleep", 0.01))
+    if item.get("fail"):
+        raise Boom(f"item {item['k']}{item['seq']} failed")
+    return (item["k"], item["seq"], start, time.monotonic())
+
+
+async def async_keyed_step(item: dict[str, Any]) -> tuple[str, int, float, float]:
+    """:func:`keyed_step` for the event loop: awaits instead of sleeping a thread."""
+    import asyncio
+
+    start = time.monotonic()
+    await asyncio.sleep(item.get("sleep", 0.01))
+    if item.get("fail"):
+        raise Boom(f"item {item['k']}{item['seq']} failed")
+    return (item["k"], item["seq"], start, time.monotonic())
+
+
+def wait_tagged(event: threading.Event, value: Any = None, tag: str = "") -> Any:
+    """:func:`wait_for` with a ``tag`` argument to key it by."""
+    return wait_for(event, value)
+
+
+def spin_sign(body: str, seconds: float) -> str:
+    """A pure-Python CPU step standing in for a signature: it computes (holding the GIL)
+    for ``seconds`` of wall time, then returns a digest of ``body``. Bounded by the clock,
+    not by a count, so the step lasts as long on a busy machine as on a quiet one."""
+    import hashlib
+
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x = (x * 31 + 7) % 1_000_003
+    return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from foundry import Foundry
 from foundry.backends.stream import open_stream_backend
 from foundry.deliver.stream import StreamEvent
 from foundry.errors import BackendUnavailableError
-from tests.services import require
+from tests.private_servers import PrivateServer, private_server
 from tests.streams.conftest import ENGINES, engine_url, unique
 
 HERE = Path(__file__).resolve().parent
@@ -173,49 +172,19 @@ def test_consumer_killed_mid_batch_resumes_from_its_committed_position(fault_env
         backend.close()
 
 
-# -- the NATS server restarted mid-run -----------------------------------------------
-
-_NATS = "/usr/sbin/nats-server"
-_NATS_ARGS = [
-    "-a",
-    "127.0.0.1",
-    "-p",
-    "4222",
-    "-js",
-    "-sd",
-    "/var/lib/nats-server",
-    "-l",
-    "/var/log/nats-server.log",
-]
+# -- the NATS server restarted mid-run (a private instance: never the shared one) ----
 
 
-def _port_open() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 4222), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _start_nats() -> None:
-    subprocess.run(
-        ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", _NATS, "--", *_NATS_ARGS],
-        check=False,
-        timeout=30,
-    )
-    _wait_for("nats-server to listen", _port_open, 30)
-
-
-def _stop_nats() -> None:
-    subprocess.run(["start-stop-daemon", "--stop", "--exec", _NATS, "--retry", "10"], check=False, timeout=30)
-    _wait_for("nats-server to stop", lambda: not _port_open(), 30)
+@pytest.fixture
+def private_nats() -> Iterator[PrivateServer]:
+    """A private ``nats-server -js`` on a free port with its own store directory."""
+    with private_server("nats") as server:
+        yield server
 
 
 @pytest.mark.slow
-def test_nats_server_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
-    url = require("nats")
-    if not Path(_NATS).exists():
-        pytest.skip("nats-server is not installed at /usr/sbin here; cannot restart it")
+def test_nats_server_restarted_mid_run_loses_nothing(tmp_path: Path, private_nats: PrivateServer) -> None:
+    url = private_nats.url
     app = Foundry("restart", stream=url, home=tmp_path)
     stream = app.stream(unique("restart"), key="k", partitions=2)
     handled: dict[str, list[int]] = collections.defaultdict(list)
@@ -252,25 +221,19 @@ def test_nats_server_restarted_mid_run_loses_nothing(tmp_path: Path) -> None:
     try:
         publisher.start()
         _wait_for("a third of the events", lambda: len(seen) >= total // 3, 60)
-        # When the server goes away mid-run and comes back ...
-        _stop_nats()
-        time.sleep(0.5)
-    finally:
-        _start_nats()  # always put the shared server back
-    try:
+        # When the server goes away mid-run (its process exits, every connection drops)
+        # and comes back on the same port with the same JetStream store ...
+        before, sent = len(seen), len(published)
+        outage = private_nats.restart(down=0.5)
+        assert before < total, "every event was handled before the restart: it tested nothing"
         publisher.join(90)
         assert not publisher.is_alive()
         # ... then every published event is handled once (idempotently), in order per key.
         _wait_for("every event to be handled", lambda: len(seen) >= total, 90)
     finally:
         consumers.stop()
-        name = stream.name
-        app.close()
-        backend = open_stream_backend(url)
-        try:
-            backend.delete_stream(name)
-        finally:
-            backend.close()
+        app.close()  # the private server and its store go with the fixture
+    print(f"nats restart: {before} handled and {sent} published before, down {outage:.1f}s")
     assert seen == set(published)
     assert sorted(n for ns in handled.values() for n in ns) == list(range(total))
     for key, ns in handled.items():

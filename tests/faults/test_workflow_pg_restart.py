@@ -21,6 +21,7 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,25 +33,12 @@ from foundry.backends.journal.base import WorkflowStatus
 from foundry.deliver.workflow import configure
 from tests.faults import _workflow_restart_app as restart_app
 from tests.faults.test_workflow_faults import _create_effects_table, _effects, _stop_workers, _worker
-from tests.services import URLS, require
-from tests.workflows.conftest import drop_schema, make_url
+from tests.private_servers import PrivateServer, private_server
+from tests.workflows.conftest import drop_schema
 
 WORKFLOWS = 100
 LEASE = 5.0  # longer than the outage: a run that rides it out keeps its workflow
 WAIT = 120.0  # every wait below is bounded by this
-_PG_CTL = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main"
-
-
-def _accepting() -> bool:
-    """Does PostgreSQL answer a query (not just accept a TCP connection)?"""
-    import psycopg
-
-    try:
-        with psycopg.connect(URLS["postgres"], connect_timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -62,27 +50,11 @@ def _until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> N
 
 
 @pytest.fixture
-def restart_postgres() -> Iterator[Callable[[], float]]:
-    """``restart()`` restarts the shared PostgreSQL server once and returns how long it
-    was unreachable; afterwards the server is up and answering queries, test passed or
-    not (it is started here if a failed restart left it down)."""
-    require("postgres")
-    done: list[bool] = []
-
-    def restart() -> float:
-        assert not done, "restart the shared server once per test"
-        done.append(True)
-        began = time.monotonic()
-        subprocess.run(f"{_PG_CTL} restart", shell=True, check=True, timeout=60, capture_output=True)
-        _until(_accepting, "PostgreSQL to answer again", 60)
-        return time.monotonic() - began
-
-    try:
-        yield restart
-    finally:
-        if not _accepting():
-            subprocess.run(f"{_PG_CTL} start", shell=True, check=False, timeout=60, capture_output=True)
-        _until(_accepting, "PostgreSQL to be back for the other tests", 60)
+def private_postgres() -> Iterator[PrivateServer]:
+    """A private PostgreSQL cluster on a free port (never the shared server), which the
+    test restarts once; removed afterwards, passed or not."""
+    with private_server("postgres") as server:
+        yield server
 
 
 def _runs(log: Path) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], list[float]], dict[int, float]]:
@@ -101,10 +73,10 @@ def _runs(log: Path) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], li
 
 @pytest.mark.slow
 def test_postgres_restarted_mid_run_every_workflow_completes_and_no_recorded_step_reruns(
-    tmp_path: Path, restart_postgres: Callable[[], float]
+    tmp_path: Path, private_postgres: PrivateServer
 ) -> None:
-    url, schema = make_url("postgres", tmp_path)
-    assert schema is not None
+    schema = f"fw_test_{uuid.uuid4().hex[:10]}"
+    url = f"{private_postgres.url}?schema={schema}"
     log = tmp_path / "effects.log"
     log.touch()
     os.environ["FW_FAULT_LOG"] = str(log)
@@ -143,7 +115,7 @@ def test_postgres_restarted_mid_run_every_workflow_completes_and_no_recorded_ste
         _until(lambda: held() == len(restart_app.HELD), "the held workflows to reach their charge")
         before = shipped()
         try:
-            outage = restart_postgres()
+            outage = private_postgres.restart()  # fast shutdown: every session ends
         finally:
             hold.unlink()
         restarted_at = time.time()
@@ -187,7 +159,8 @@ def test_postgres_restarted_mid_run_every_workflow_completes_and_no_recorded_ste
                 assert not late, f"{wid}: {what} ran again after its record ({late} > {finished})"
         reruns = sum(n - 1 for (_, what), n in runs.items() if what in restart_app.PLAIN_STEPS)
         # a restart shorter than the lease and the journal retries: no run was abandoned
-        assert takeovers == 0, f"{takeovers} takeovers"
+        taken = {wid: s.claims for wid, s in states.items() if s.claims > 1}
+        assert takeovers == 0, f"{takeovers} takeovers after a {outage:.1f}s outage (claims: {taken})"
         assert reruns == 0, f"{reruns} plain-step re-runs"
         print(
             f"postgres restart: {before}/{WORKFLOWS} finished before, unreachable {outage:.1f}s, "

@@ -16,7 +16,10 @@ from foundry import Foundry
 from foundry.demos.inprocess import build_units, payments_scenario
 from foundry.observe import names
 from foundry.observe.metrics import Registry
+from foundry.observe.stall import Target
 from foundry.observe.watchdog import LoopMonitor, Watchdog
+from foundry.profile import current_host
+from foundry.traits import traits_from_kwargs
 
 
 def spin(seconds: float) -> None:
@@ -24,6 +27,16 @@ def spin(seconds: float) -> None:
     x = 0
     while time.perf_counter() < end:
         x = (x * 31 + 7) % 1_000_003
+
+
+def pure_python_compute() -> str:
+    """What decide v2 gives Python code measured compute-bound with many in flight, on
+    this machine: process workers under the GIL, threads without it, and nothing in
+    parallel on one core."""
+    host = current_host()
+    if host.cores == 1:
+        return "sequential"
+    return "bounded_pool" if host.gil is False else "processes"
 
 
 @pytest.fixture
@@ -73,7 +86,9 @@ def test_inline_signing_fires_the_watchdog_naming_sign_body_and_proposing_a_pool
     assert report.coroutine is not None
     assert "handle_payment_inline" in report.coroutine
     assert report.decision is not None
-    assert report.decision.execution in ("bounded_pool", "processes")
+    # The watchdog cannot see that sign_body releases the GIL (nobody declared the phase):
+    # measured compute in pure Python, 300 in flight -> process workers (decide v2).
+    assert report.decision.execution == pure_python_compute()
     assert "compute-bound: reclassify" in report.message
     assert any(frame.function == "handle_payment_inline" for frame in report.stack)
     assert app.metrics.value(names.LOOP_BLOCKED, loop="inline") >= 1
@@ -116,6 +131,54 @@ def test_an_unknown_culprit_is_still_named_and_re_decided_from_its_measured_cost
     assert reports[0].unit is None
     assert reports[0].decision is not None
     assert reports[0].decision.phase == "spin"
+
+
+def held_by(traits: dict[str, Any]) -> list[Any]:
+    """The reports of a watchdog on a loop that one declared unit holds for 200 ms."""
+
+    async def job() -> None:
+        await asyncio.sleep(0.02)
+        spin(0.2)
+        await asyncio.sleep(0.05)
+
+    async def main() -> list[Any]:
+        target = Target("job", job, traits_from_kwargs("job", traits))
+        async with Watchdog(threshold=0.05, log_reports=False, units=[target]) as watchdog:
+            await job()
+        return [r for r in watchdog.reports if r.unit == "job"]
+
+    reports = asyncio.run(main())
+    assert reports, "the watchdog did not attribute 200 ms of spinning to the unit"
+    return reports
+
+
+def test_the_new_decision_is_re_decided_from_the_measurement_for_this_machine() -> None:
+    report = held_by({"bound": "io", "concurrency": 300, "est": "40ms"})[0]
+    assert report.decision is not None
+    assert report.decision.execution == pure_python_compute()
+    # decided for the cores this loop runs on, not an assumed 8-core machine ...
+    assert not report.decision.load.cores_assumed
+    assert report.decision.load.cores == current_host().cores
+    # ... and the record says what the measurement contradicted (foundry.decide.reclassify)
+    assert any("loop watchdog measured 'cpu'" in note for note in report.decision.notes)
+
+
+def test_a_new_decision_that_keeps_the_work_on_the_loop_says_so_and_what_to_declare() -> None:
+    # Nothing says how many run at once: decide v2 keeps compute in the caller
+    # (sequential), which for code awaited on a loop is the loop it just held.
+    report = held_by({"durable": True})[0]
+    assert report.decision is not None
+    assert report.decision.execution == "sequential"
+    assert "still runs it in the caller, on this loop" in report.message
+    if current_host().cores == 1:
+        assert "one core" in report.message
+    else:
+        assert "declare concurrency=" in report.message
+    # A decision that moves it off the loop gets no such line.
+    moved = held_by({"bound": "io", "concurrency": 300, "est": "40ms"})[0]
+    assert moved.decision is not None
+    if moved.decision.execution != "sequential":
+        assert "still runs it in the caller" not in moved.message
 
 
 def test_a_loop_held_past_report_after_is_reported_while_still_blocked() -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from foundry import Foundry
 from foundry.backends.stream import StreamBackend, StreamConfig, open_stream_backend
 from tests.services import require
 
@@ -59,3 +61,27 @@ def make_stream(backend: StreamBackend) -> Callable[..., StreamConfig]:
         return config
 
     return make
+
+
+def app_factory(tmp_path: Path, default_url: str | None = None) -> Iterator[Callable[..., Foundry]]:
+    """For a fixture: make apps on a stream URL (default ``default_url``, else a SQLite file
+    in ``tmp_path``) and, afterwards, close them and delete their streams from the server."""
+    made: list[Foundry] = []
+
+    def make(url: str | None = None) -> Foundry:
+        home = tmp_path / ("home" if not made else f"home{len(made)}")
+        app = Foundry(unique("app"), home=home, stream=url or default_url or f"sqlite:///{tmp_path}/s.db")
+        made.append(app)
+        return app
+
+    yield make
+    for app in made:
+        streams = list(app.streams)
+        url = app.settings.stream
+        app.close()
+        backend = open_stream_backend(url)
+        try:
+            for name in streams:
+                backend.delete_stream(name)
+        finally:
+            backend.close()

@@ -145,6 +145,32 @@ def test_committed_position_survives_reopen(backend: StreamBackend, make_stream:
         other.close()
 
 
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nrojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+
+
+def test_the_trace_context_travels_with_the_event_on_every_delivery(
+    backend: StreamBackend, make_stream: MakeStream
+) -> None:
+    # Given a traced event, an untraced one, and one traced with a traceparent only
+    s = make_stream()
+    only_parent = TRACE.split("\n")[0]
+    backend.append(
+        s.name,
+        [NewEvent("t1", b"1", trace=TRACE), NewEvent("t2", b"2"), NewEvent("t3", b"3", trace=only_parent)],
+    )
+    backend.create_group(s.name, "g", Start.beginning())
+    # When they are read, and read again after their ack deadline passed (a redelivery)
+    first = backend.read(s.name, "g", 0, "c1", max=10, ack_deadline=0.5, timeout=1.0)
+    again = read_soon(backend, s.name, "c2", max=10, ack_deadline=0.5)
+    # Then each delivery carries the context it was published in
+    assert [(e.id, e.trace) for e in first] == [("t1", TRACE), ("t2", None), ("t3", only_parent)]
+    assert again, "nothing was redelivered"
+    assert (again[0].id, again[0].trace) == ("t1", TRACE)
+    assert again[0].deliveries >= 2
+    expected = {"t1": TRACE, "t2": None, "t3": only_parent}
+    assert all(e.trace == expected[e.id] for e in again)
+
+
 def test_new_group_at_beginning_or_end(backend: StreamBackend, make_stream: MakeStream) -> None:
     s = make_stream(partitions=2)
     backend.append(s.name, events(6))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from foundry import Foundry
-from foundry.backends.stream import NewEvent, open_stream_backend
+from foundry.backends.stream import NewEvent
 from foundry.deliver.stream import Idempotency, StreamEvent
 from foundry.errors import (
     DeclarationError,
@@ -24,7 +24,7 @@ from foundry.errors import (
     UnknownTraitError,
 )
 from foundry.observe import names
-from tests.streams.conftest import unique
+from tests.streams.conftest import app_factory, unique
 
 MakeApp = Callable[..., Foundry]
 
@@ -33,24 +33,7 @@ MakeApp = Callable[..., Foundry]
 def make_app(tmp_path: Path) -> Iterator[MakeApp]:
     """Apps on a given stream URL (default: a SQLite file in tmp_path); their streams are
     deleted from the server afterwards."""
-    made: list[Foundry] = []
-
-    def make(url: str | None = None) -> Foundry:
-        app = Foundry(unique("app"), home=tmp_path / "home", stream=url or f"sqlite:///{tmp_path}/s.db")
-        made.append(app)
-        return app
-
-    yield make
-    for app in made:
-        names_ = list(app.streams)
-        url = app.settings.stream
-        app.close()
-        backend = open_stream_backend(url)
-        try:
-            for name in names_:
-                backend.delete_stream(name)
-        finally:
-            backend.close()
+    yield from app_factory(tmp_path)
 
 
 class Recorder:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,46 @@ def test_purge_deletes_only_old_finished_workflows(env: Env, capsys: pytest.Capt
     code, _, err = cli(capsys, "purge", "--older-than", "soon", "--journal", url)
     assert code == 1
     assert "--older-than" in err
+
+
+def test_show_draws_the_children_as_a_tree_and_list_shows_timed_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    e = Env(f"sqlite:///{tmp_path / 'tree.db'}", ManualClock(), inline_wait=0.0)
+    try:
+
+        @e.app.workflow()
+        def leaf(wf: WorkflowContext) -> None:
+            wf.wait_for("go")
+
+        @e.app.workflow()
+        def middle(wf: WorkflowContext) -> None:
+            wf.child(leaf)
+
+        @e.app.workflow(timeout="1m")
+        def root(wf: WorkflowContext) -> None:
+            wf.gather(wf.child_branch(middle), wf.child_branch(leaf, id="side"))
+
+        root.enqueue(id="r")
+        worker = e.worker()
+        for _ in range(200):
+            worker.drain()
+            if (s := e.journal.get("r/1/0")) is not None and s.status.value == "waiting":
+                break
+            time.sleep(0.01)
+        code, out, _ = cli(capsys, "show", "r", "--journal", e.journal.url)
+        assert code == 0
+        for text in ("r/1", "r/1/0", "side", "middle", "leaf", "deadline", "fan-out of 2 branches"):
+            assert text in out
+        code, out, _ = cli(capsys, "show", "r", "--journal", e.journal.url, "--json")
+        tree = json.loads(out)["tree"]
+        assert [(n["id"], [c["id"] for c in n["children"]]) for n in tree] == [
+            ("r/1", ["r/1/0"]),
+            ("side", []),
+        ]
+        e.clock.advance(60)
+        worker.drain()
+        code, out, _ = cli(capsys, "list", "--journal", e.journal.url, "--status", "timed_out", "--json")
+        assert [r["id"] for r in json.loads(out)] == ["r"]
+    finally:
+        e.close()

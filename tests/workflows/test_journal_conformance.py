@@ -10,6 +10,7 @@ import pytest
 from foundry.backends.journal import JournalBackend, ManualClock, open_journal
 from foundry.backends.journal.base import Entry, NewWorkflow, WorkflowStatus
 from foundry.errors import LeaseLostError, NotFoundError, SubmitError, WorkflowFinishedError
+from tests.adversarial._hostile import rewrite_workflow
 
 LEASE = 10.0
 
@@ -301,6 +302,32 @@ def test_release_makes_it_claimable_at_once(journal: JournalBackend) -> None:
     assert not journal.release(wid, token)
 
 
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nrojo=00f067aa0ba902b7"
+
+
+def test_the_trace_context_travels_with_every_claim_and_a_bad_one_reads_as_none(
+    journal: JournalBackend,
+) -> None:
+    # Given a workflow started in a trace (and run at once), one started without, and a
+    # bad context offered at the door
+    traced = journal.start(new(trace=TRACE), owner="w1", lease=LEASE)
+    assert traced.claim is not None
+    assert traced.claim.trace == TRACE
+    plain = journal.start(new())
+    with pytest.raises(SubmitError, match="trace"):
+        journal.start(new(trace="00-zz-01"))
+    # When the traced run is handed back and both are claimed
+    assert journal.release(traced.state.id, traced.claim.token)
+    claims = {c.id: c for c in journal.claim("w2", lease=LEASE, limit=10)}
+    # Then every claim carries what was stored, and the untraced one nothing
+    assert claims[traced.state.id].trace == TRACE
+    assert claims[plain.state.id].trace is None
+    # And a value overwritten in the store with junk is ignored, not a malformed row
+    rewrite_workflow(journal, plain.state.id, trace="00-" + "0" * 52, owner=None, lease_until=0.0)
+    [again] = journal.claim("w3", lease=LEASE)
+    assert (again.id, again.trace) == (plain.state.id, None)
+
+
 def test_cancellation_is_requested_cascades_and_beats_success(journal: JournalBackend) -> None:
     wid, token = started(journal)
     child = journal.start(new("child", parent_id=wid, parent_position=0)).state.id
@@ -360,3 +387,185 @@ def test_a_transactional_step_may_not_end_the_transaction_itself(journal: Journa
         journal.record_transactional(wid, token, 0, lambda tx: (tx.execute("COMMIT"), ok(0))[1])
     _, entries = journal.load(wid)
     assert entries == []
+
+
+# -- a suspect runs alone; only a run marked alone is charged with its worker's death ---------
+
+
+def test_a_claim_after_a_lapsed_run_is_a_suspect_and_after_a_hand_back_is_not(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    lapsed, _ = started(journal, name="lapsed")
+    handed, token = started(journal, name="handed")
+    assert journal.release(handed, token)
+    clock.advance(LEASE + 1)  # the first one's worker died holding it
+    claims = {c.id: c for c in journal.claim("w2", lease=LEASE, limit=5)}
+    assert claims[lapsed].suspect
+    assert not claims[handed].suspect
+    assert claims[lapsed].crashes == 0  # it shared its worker: nobody is charged
+
+
+def test_a_run_marked_alone_is_charged_and_set_aside_at_max_crashes(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    from foundry.backends.journal._records import MAX_CRASHES
+
+    wid, token = started(journal)
+    clock.advance(LEASE + 1)
+    for crash in range(MAX_CRASHES):
+        [claim] = journal.claim("w", lease=LEASE)
+        assert claim.suspect
+        assert claim.crashes == crash
+        assert journal.mark_alone(wid, claim.token)
+        clock.advance(LEASE + 1)  # and its worker dies again, while it runs alone
+    # Then the claim that finds the last death sets it aside instead of handing it out
+    assert journal.claim("w", lease=LEASE) == []
+    state = journal.get(wid)
+    assert state is not None
+    assert state.status == WorkflowStatus.FAILED
+    assert b"ran alone in it, 3 times" in (state.error or b"")
+    assert not journal.mark_alone(wid, token)  # a stale token marks nothing
+
+
+def test_a_suspect_handed_back_stays_a_suspect_and_parking_clears_its_crashes(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    wid, _ = started(journal)
+    clock.advance(LEASE + 1)
+    [claim] = journal.claim("w", lease=LEASE)
+    assert journal.release(wid, claim.token, suspect=True)  # handed back before it ran
+    [claim] = journal.claim("w", lease=LEASE)
+    assert claim.suspect
+    assert claim.crashes == 0  # not marked alone: not charged
+    assert journal.mark_alone(wid, claim.token)
+    clock.advance(LEASE + 1)
+    [claim] = journal.claim("w", lease=LEASE)
+    assert claim.crashes == 1
+    journal.suspend(wid, claim.token, wake_at=clock.time(), seen_wakeups=claim.wakeups, current_step="s")
+    [claim] = journal.claim("w", lease=LEASE)
+    assert not claim.suspect
+    assert claim.crashes == 0
+
+
+def test_a_journal_from_before_the_crash_columns_is_upgraded_on_open(journal_url: str) -> None:
+    # Given a journal whose workflows table lacks the columns added later, with a workflow
+    first = open_journal(journal_url)
+    try:
+        wid, _ = started(first)
+        with first._tx() as c:  # type: ignore[attr-defined]
+            for column in ("alone", "crashes", "deadline", "published", "origin", "trace"):
+                c.run(f"ALTER TABLE {{wf}} DROP COLUMN {column}")
+    finally:
+        first.close()
+    # When it is opened again, then it works as before, the old workflow included
+    again = open_journal(journal_url)
+    try:
+        assert again.get(wid) is not None
+        assert started(again, name="new")[1] == 1
+    finally:
+        again.close()
+
+
+# -- deadlines, published state, forks, async wake-ups (issue 19) ---------------------------
+
+
+def test_a_deadline_is_stored_and_no_suspension_parks_past_it(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    start = clock.time()
+    s = journal.start(new(timeout=60.0), owner="w", lease=LEASE)
+    assert s.claim is not None
+    assert s.state.deadline == s.claim.deadline == start + 60
+    wid = s.state.id
+    journal.suspend(wid, s.claim.token, wake_at=start + 3600, seen_wakeups=0, current_step="sleep")
+    state = journal.get(wid)
+    assert state is not None
+    assert (state.deadline, state.wake_at) == (start + 60, start + 60)
+    assert journal.claim("w", lease=LEASE) == []
+    clock.advance(60)
+    [claim] = journal.claim("w", lease=LEASE)  # whoever claims it next finds it expired
+    assert claim.deadline == start + 60
+    assert journal.finish(wid, claim.token, WorkflowStatus.TIMED_OUT, error=b"{}", compensation="done")
+    state = journal.get(wid)
+    assert state is not None
+    assert state.status == WorkflowStatus.TIMED_OUT
+    assert state.status.finished
+    assert [w.id for w in journal.workflows(status="timed_out")] == [wid]
+    with pytest.raises(WorkflowFinishedError):
+        journal.signal(wid, "late", b"1")
+    # without a timeout there is no deadline and a suspension parks as asked
+    other, token = started(journal)
+    journal.suspend(other, token, wake_at=start + 3600, seen_wakeups=0, current_step="sleep")
+    parked = journal.get(other)
+    assert parked is not None
+    assert (parked.deadline, parked.wake_at) == (None, start + 3600)
+
+
+def test_published_state_is_fenced_and_read_without_touching_the_run(
+    journal: JournalBackend, clock: ManualClock
+) -> None:
+    wid, token = started(journal)
+    assert journal.get(wid).published is None  # type: ignore[union-attr]
+    journal.publish(wid, token, b'{"progress": 1}')
+    before = journal.get(wid)
+    assert before is not None
+    assert before.published == b'{"progress": 1}'
+    assert journal.get(wid) == before  # reading it changed nothing
+    clock.advance(LEASE + 1)
+    journal.claim("w2", lease=LEASE)
+    with pytest.raises(LeaseLostError):
+        journal.publish(wid, token, b'{"progress": 2}')
+    assert journal.get(wid).published == b'{"progress": 1}'  # type: ignore[union-attr]
+
+
+def test_a_fork_copies_the_entries_before_a_position_into_a_new_pending_workflow(
+    journal: JournalBackend,
+) -> None:
+    wid, token = started(journal)
+    for pos in range(4):
+        journal.record(wid, token, ok(pos, name=f"s{pos}", result=str(pos).encode()))
+    journal.finish(wid, token, WorkflowStatus.FAILED, error=b'{"type": "x"}')
+    fork = journal.fork(wid, NewWorkflow(f"{wid}-b", "wf", b"{}", origin=f"reset of {wid}"), upto=2)
+    assert fork.created
+    assert fork.state.status == WorkflowStatus.PENDING
+    state, entries = journal.load(f"{wid}-b")
+    assert state.origin == f"reset of {wid}"
+    assert [(e.position, e.name, e.result) for e in entries] == [(0, "s0", b"0"), (1, "s1", b"1")]
+    assert len(journal.load(wid)[1]) == 4  # the source is left as it was
+    [claim] = journal.claim("w", lease=LEASE)
+    assert claim.id == f"{wid}-b"
+    again = journal.fork(wid, NewWorkflow(f"{wid}-b", "wf", b"{}"), upto=4)
+    assert not again.created
+    assert len(journal.load(f"{wid}-b")[1]) == 2
+    with pytest.raises(NotFoundError):
+        journal.fork("nope", NewWorkflow("x-1", "wf", b"{}"), upto=1)
+    assert journal.get("x-1") is None
+
+
+def test_an_async_waiter_is_woken_by_a_commit_of_another_journal(journal_url: str) -> None:
+    import asyncio
+
+    waiting = open_journal(journal_url)
+    other = open_journal(journal_url)
+    try:
+        wid = other.start(new(), owner="w", lease=LEASE).state.id
+
+        async def wait() -> list[bool]:
+            # a waiter's loop: mark, look, wait; the other journal signals meanwhile
+            asyncio.get_running_loop().call_later(0.1, lambda: other.signal(wid, "go", b"1"))
+            woken: list[bool] = []
+            while True:
+                mark = waiting.changes.mark()
+                if waiting.signals(wid):
+                    return woken
+                woken.append(await waiting.changes.wait_async(mark, 5.0))
+
+        assert waiting.changes.cross_process
+        woken = asyncio.run(wait())
+        assert woken  # it did wait
+        assert all(woken)  # and every wait ended by a wake-up, none by its timeout
+        # and a wait with nothing to wake it times out, returning False
+        assert asyncio.run(waiting.changes.wait_async(waiting.changes.mark(), 0.05)) is False
+    finally:
+        waiting.close()
+        other.close()

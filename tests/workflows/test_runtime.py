@@ -24,6 +24,7 @@ from foundry.errors import (
     WorkTimeoutError,
 )
 from foundry.handle import Status
+from foundry.retry import Backoff
 from tests.workflows.conftest import Crash, Env
 
 MakeEnv = Callable[..., Env]
@@ -127,13 +128,21 @@ def test_retries_back_off_in_the_journal_clock(make_env: MakeEnv) -> None:
         return "ok"
 
     @env.app.workflow()
-    def flow(wf: WorkflowContext) -> str:
-        return str(wf.step(flaky, retries=3, backoff=0.25))
+    def flow(wf: WorkflowContext, jitter: bool) -> str:
+        policy = 0.25 if jitter else Backoff(0.25, jitter="none")
+        return str(wf.step(flaky, retries=3, backoff=policy))
 
-    assert flow.run(id="r") == "ok"
-    assert [round(b - a, 3) for a, b in itertools.pairwise(attempts)] == [0.25, 0.5]
+    # The shared policy (foundry.retry): 0.25 s doubling, each delay jittered in its upper half
+    assert flow.run(True, id="r") == "ok"
+    first, second = (b - a for a, b in itertools.pairwise(attempts))
+    assert 0.125 <= first <= 0.25
+    assert 0.25 <= second <= 0.5
     [entry] = env.journal.load("r")[1]
     assert entry.attempts == 3
+    # and without jitter, exactly the nominal delays
+    attempts.clear()
+    assert flow.run(False, id="exact") == "ok"
+    assert [round(b - a, 3) for a, b in itertools.pairwise(attempts)] == [0.25, 0.5]
 
 
 def test_retries_exhausted_fail_the_step_with_its_own_error(make_env: MakeEnv) -> None:

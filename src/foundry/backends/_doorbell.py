@@ -22,6 +22,7 @@ journal hears the other processes through ``LISTEN`` instead of the bell (its
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -31,6 +32,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 __all__ = ["Doorbell", "Wakeups", "supported"]
 
@@ -173,6 +175,8 @@ class Wakeups:
         self._last_use = 0.0
         self._thread: threading.Thread | None = None
         self._closed = False
+        # coroutines waiting (wait_async): how to wake each on its own loop
+        self._async: dict[object, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
 
     @property
     def cross_process(self) -> bool:
@@ -207,11 +211,41 @@ class Wakeups:
                 self._waiting -= 1
                 self._last_use = time.monotonic()
 
+    async def wait_async(self, mark: int, timeout: float) -> bool:
+        """:meth:`wait` for a coroutine: no thread is held while it waits; a wake-up
+        reaches its loop with ``call_soon_threadsafe``."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        key = object()
+        with self._cond:
+            if self._count != mark or self._closed:
+                return True
+            self._waiting += 1
+            self._async[key] = (loop, wake)
+        try:
+            await asyncio.wait({woken}, timeout=max(0.0, timeout))
+        finally:
+            with self._cond:
+                self._async.pop(key, None)
+                self._waiting -= 1
+                self._last_use = time.monotonic()
+        with self._cond:
+            return self._count != mark or self._closed
+
     def notify(self) -> None:
         """Wake this process's waiters."""
         with self._cond:
             self._count += 1
             self._cond.notify_all()
+            waiters = list(self._async.values())
+        for loop, wake in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(wake)
 
     def ring(self) -> None:
         """After a commit: wake this process's waiters and ring the other processes'."""
@@ -254,6 +288,10 @@ class Wakeups:
             self._closed = True
             thread = self._thread
             self._cond.notify_all()
+            waiters = list(self._async.values())
+        for loop, wake in waiters:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake)
         bell = self._bell
         if bell is None:
             return

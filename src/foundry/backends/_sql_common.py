@@ -13,7 +13,10 @@ about; its password masked (:func:`~foundry.config.safe_url`), like ``SqlEngine.
 
 from __future__ import annotations
 
+import errno
+import functools
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
@@ -21,14 +24,15 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, urlencode, urlunsplit
 
+from foundry.backends._urls import ShowsUrl
 from foundry.backends.journal._pool import Pool
 from foundry.config import safe_url
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, StorageError
 
 C = TypeVar("C")
 
 
-class SqlEngine:
+class SqlEngine(ShowsUrl):
     """Statement text for one engine. Statements are written with qmark placeholders
     (``?``) and ``{name}`` templates; :meth:`_sql` fills the names, rewrites the
     placeholders to the engine's ``placeholder`` and caches the result."""
@@ -36,7 +40,7 @@ class SqlEngine:
     placeholder: ClassVar[str] = "?"  # what ``?`` becomes for this engine's driver
 
     def __init__(self, url: str, names: Mapping[str, str]) -> None:
-        self.url = url  # to connect with; messages, logs and reprs show ``shown``
+        self._url = url  # to connect with; messages, logs and reprs show ``shown``
         self.shown = safe_url(url)
         self._names = dict(names)
         self._sql_cache: dict[str, str] = {}
@@ -56,8 +60,22 @@ class SqlEngine:
             out = self._sql_cache[sql] = text
         return out
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.shown}>"
+
+PREFIX_SQL = "id >= ? AND id < ?"
+"""The rows whose ``id`` begins with a prefix, as a range over the index on ``id`` (a
+``LIKE 'abc%'`` uses no index on SQLite, which compares LIKE case-insensitively, nor on
+PostgreSQL outside the C collation); its parameters are :func:`prefix_range`'s."""
+
+
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """``(low, high)``: every string that begins with ``prefix`` sorts in ``[low, high)``
+    by code point, SQLite's BINARY order and PostgreSQL's under the C (or C.UTF-8)
+    collation. (Under a linguistic collation the range may miss ids with punctuation, so
+    callers still check ``startswith``; Foundry's own ids are hex and sort alike in any.)"""
+    last = ord(prefix[-1])
+    if last >= 0x10FFFF:
+        return prefix, prefix + "\U0010ffff"
+    return prefix, prefix[:-1] + chr(last + 1)
 
 
 def _close(conn: Any) -> None:
@@ -72,29 +90,122 @@ def make_pool(
     return Pool(connect, _close, size=size, timeout=60.0, broken=broken, what=what)
 
 
-def sqlite_error(exc: Exception, what: str, *, busy: bool, fix: str) -> Exception | None:
+def sqlite_error(
+    exc: Exception, what: str, *, busy: bool, fix: str, path: str | None = None
+) -> Exception | None:
     """The Foundry error for a :mod:`sqlite3` error: a lock held too long (and, with
-    ``busy``, a busy database) is transient, told with ``fix``; anything else is a
-    :class:`BackendError`. ``None`` for an exception that is not SQLite's."""
+    ``busy``, a busy database) is transient, told with ``fix``; a full disk or a file
+    that cannot be written (``path`` names it) is a :class:`StorageError` saying what to
+    do; anything else is a :class:`BackendError`. ``None`` for an exception that is not
+    SQLite's."""
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or (busy and "busy" in str(exc))):
         return BackendUnavailableError(f"{what}: the database stayed locked ({exc}). Fix: {fix}")
     if isinstance(exc, sqlite3.Error):
+        storage = storage_error(exc, what, path)
+        if storage is not None:
+            return storage
         return BackendError(f"{what}: SQLite failed ({type(exc).__name__}: {exc})")
     return None
 
 
-def sqlite_file(url: str, kind: str) -> str:
-    """The file a ``sqlite:///`` URL names (relative, or absolute with four slashes);
-    its folder is created. ``kind`` is ``"queue"`` or ``"journal"``."""
+def storage_error(exc: BaseException, what: str, path: str | None) -> StorageError | None:
+    """A :class:`StorageError` for a SQLite error (or an ``OSError``) that means the
+    file cannot be written — the disk is full, or the file, its folder or the file system
+    is read-only — naming the file and the fix; ``None`` for any other error."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    errno_ = getattr(exc, "errno", None) if isinstance(exc, OSError) else None
+    file = path or "the database file"
+    folder = str(Path(path).resolve().parent) if path else "its folder"
+    who = f"uid {os.getuid()}" if hasattr(os, "getuid") else "this user"
+    if name == "SQLITE_FULL" or errno_ in (errno.ENOSPC, errno.EDQUOT):
+        return StorageError(
+            f"{what}: the disk is full ({exc}): SQLite cannot write {file} or its -wal journal, so no job "
+            f"can be claimed, finished or submitted. Fix: free space on the file system holding {folder} "
+            f"(see `df -h {folder}`), or move the queue to a file on another disk"
+        )
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or errno_ in (
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+    ):
+        return StorageError(
+            f"{what}: {file} cannot be opened for writing ({exc}): the file, its -wal/-shm files or the "
+            f"folder {folder} is read-only for this process ({who}), or the file system is mounted "
+            f"read-only. Fix: make {file}, {file}-wal, {file}-shm and {folder} writable by {who}, or "
+            "mount the file system read-write, or point the URL at a writable place"
+        )
+    if name.startswith("SQLITE_IOERR"):
+        return StorageError(
+            f"{what}: the disk failed a read or write of {file} ({exc}). Fix: check the disk and the "
+            f"file system holding {folder} (free space, `dmesg` for I/O errors)"
+        )
+    return None
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite:///`` URL names: relative (``sqlite:///q.db``), or absolute
+    with four slashes (``sqlite:////var/lib/q.db``); ``""`` when it names none."""
     raw = url.split("?", 1)[0][len("sqlite://") :]
-    path = raw[1:] if raw.startswith("/") else raw
+    return raw[1:] if raw.startswith("/") else raw
+
+
+def sqlite_file(url: str, kind: str) -> str:
+    """The file a ``sqlite:///`` URL names (:func:`sqlite_path`); its folder is created.
+    ``kind`` is ``"queue"`` or ``"journal"``."""
+    path = sqlite_path(url)
     if not path:
         raise ConfigError(
             f"{kind} URL {safe_url(url)!r} names no file. Fix: sqlite:///{kind}.db (relative) or "
             f"sqlite:////var/lib/app/{kind}.db (absolute)"
         )
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(exc, f"{kind} {safe_url(url)}", path) or ConfigError(
+            f"{kind} URL {safe_url(url)!r}: cannot create the folder of {path} ({exc}). Fix: correct the "
+            "path, or create the folder"
+        ) from exc
     return path
+
+
+@functools.cache
+def _bytea_dumper(psycopg: Any) -> Any:
+    """A psycopg dumper sending bytes-like values as bytea in binary, as themselves: the
+    default sends ``%s`` bytes as hex text (twice the size, built in another copy), and
+    its binary dumper copies the value once more before libpq copies it into its buffer."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class BytesAsThemselves(Dumper):
+        format = Format.BINARY
+        oid = psycopg.adapters.types["bytea"].oid
+
+        def dump(self, obj: Any) -> Any:
+            return obj
+
+    return BytesAsThemselves
+
+
+IDLE_IN_TRANSACTION = "10s"
+"""The server ends a session of ours that sits inside a transaction this long. Foundry's
+own transactions never wait on user code (a claim, a heartbeat, a record: a few
+statements), so only a client that vanished mid-transaction — its machine cut off, its
+TCP connection hanging rather than closed — leaves one open; without this its row locks
+would pin the rows it was touching (every other worker's ``SKIP LOCKED`` skips them)
+until the server's TCP keepalive gives up. With it, those rows' leases lapse and another
+worker takes them within this time plus the lease."""
+
+SESSION_SETTINGS = {
+    "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION,
+    # The server probes an idle client after 10 s and drops it after three unanswered
+    # probes 5 s apart: a client cut off *inside* user code (a workflow's transactional
+    # step, exempt from the timeout above) releases its locks within ~25 s, not the
+    # kernel's default two hours.
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+}
+"""Server settings of every session of the PostgreSQL queue and journal."""
 
 
 class Postgres:
@@ -103,26 +214,39 @@ class Postgres:
     given), connecting, the error mapping and the pool."""
 
     def __init__(
-        self, psycopg: Any, what: str, parts: SplitResult, options: Mapping[str, str], schema: str
+        self,
+        psycopg: Any,
+        what: str,
+        parts: SplitResult,
+        options: Mapping[str, str],
+        schema: str,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.psycopg = psycopg
         self.what = what
         self.schema = schema
+        # Server settings for every session (``-c name=value``), e.g. a queue's
+        # idle_in_transaction_session_timeout.
+        self.settings = "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
         libpq = dict(options)
         libpq.setdefault("connect_timeout", "10")
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
 
     def connect(self) -> Any:
-        """An autocommit connection whose ``search_path`` is the schema."""
+        """An autocommit connection whose ``search_path`` is the schema. Bytes go to the
+        server in binary, as themselves (:func:`_bytea_dumper`)."""
         try:
-            return self.psycopg.connect(
-                self.conninfo, autocommit=True, options=f"-c search_path={self.schema}"
+            conn = self.psycopg.connect(
+                self.conninfo, autocommit=True, options=f"-c search_path={self.schema}{self.settings}"
             )
         except self.psycopg.Error as exc:
             raise BackendUnavailableError(
                 f"{self.what}: cannot connect ({exc}). Fix: check that PostgreSQL is up and the URL's "
                 "host, port, user and database"
             ) from exc
+        for kind in (bytes, bytearray, memoryview):
+            conn.adapters.register_dumper(kind, _bytea_dumper(self.psycopg))
+        return conn
 
     def pool(self, size: int) -> Pool[Any]:
         """``size`` connections from :meth:`connect`; one the server dropped is thrown away."""

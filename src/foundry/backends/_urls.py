@@ -36,10 +36,28 @@ __all__ = [
     "REDIS_PASSED",
     "REDIS_TLS",
     "TLS_SCHEMES",
+    "ShowsUrl",
     "refused_certificate",
     "safe_url",
     "tls_options",
 ]
+
+
+class ShowsUrl:
+    """What a backend says about its URL: ``url`` is the masked form (:func:`safe_url`),
+    for messages, logs, tools and ``repr``; the URL with its password stays in ``_url``,
+    for the driver only."""
+
+    _url: str
+
+    @property
+    def url(self) -> str:
+        """The store's URL with its secrets masked."""
+        return safe_url(self._url)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
 
 # The redis-py connection options a Redis URL of Foundry's may carry besides TLS.
 REDIS_PASSED = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "client_name")

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "version"]
 
 # Order is the order in `foundry --help`.
 COMMANDS: tuple[str, ...] = (
@@ -21,10 +21,13 @@ COMMANDS: tuple[str, ...] = (
     "explain",
     "advise",
     "profile",
+    "run",
     "worker",
+    "pool",
     "jobs",
     "workflows",
     "streams",
+    "schedules",
     "top",
     "dashboard",
     "metrics",
@@ -32,11 +35,36 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+def version() -> str:
+    """The installed distribution's version (its metadata), else the package's own."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("foundry-exec")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from foundry import __version__
+
+        return __version__
+
+
+class _Version(argparse.Action):
+    """``--version``, its metadata read only when asked (a lookup costs tens of ms)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(f"foundry {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="foundry",
         description="Decide how work should run, write down the bill, and run it.",
     )
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TextIO, cast
 
 from foundry.errors import FoundryError
 
@@ -169,9 +169,42 @@ def resolve(target: str, what: str = "NAME") -> tuple[ModuleType, str, Any]:
     )
 
 
-def console() -> Any:
-    """A rich console; a pipe or a file gets 140 columns rather than rich's default 80."""
+class _TrimmedLines:
+    """A text stream that writes each line to ``target`` without its trailing spaces:
+    rich pads every row of a table to the table's width, which a terminal does not show
+    but a file, ``diff`` and ``cat -A`` do."""
+
+    def __init__(self, target: TextIO) -> None:
+        self._target = target
+        self._tail = ""
+        self.encoding: str = getattr(target, "encoding", None) or "utf-8"  # rich picks its box from it
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        *lines, self._tail = (self._tail + text).split("\n")
+        if lines:
+            self._target.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._tail:  # a line without its end yet (a prompt): kept as it is
+            self._target.write(self._tail)
+            self._tail = ""
+        self._target.flush()
+
+
+def console(*, width: int = 140) -> Any:
+    """The rich console a command prints its output on. A terminal is used the way rich
+    finds it (its size, or ``COLUMNS``). A pipe or a file gets ``COLUMNS`` columns when
+    that is set (``COLUMNS=80 foundry plan … | less``), else ``width`` rather than rich's
+    default 80, no colour, and lines without trailing spaces."""
     from rich.console import Console
 
     out = Console()
-    return out if out.is_terminal else Console(width=max(out.width, 140))
+    if out.is_terminal:
+        return out
+    columns = os.environ.get("COLUMNS", "").strip()
+    size = int(columns) if columns.isdigit() and int(columns) > 0 else width
+    return Console(file=cast(TextIO, _TrimmedLines(sys.stdout)), width=size)

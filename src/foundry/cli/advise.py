@@ -18,8 +18,14 @@ from typing import Any, TextIO
 
 from foundry.cli._target import Problem, reports_problems
 from foundry.cli._target import console as make_console
-from foundry.decide import Decision, decide
-from foundry.decide.questions import DELIVERY_QUESTIONS, EXECUTION_QUESTIONS, ISOLATION, LATENCY_BUDGET
+from foundry.decide import Host, decide
+from foundry.decide.questions import (
+    ALWAYS_ASKED,
+    DELIVERY_QUESTIONS,
+    EXECUTION_QUESTIONS,
+    ISOLATION,
+    LATENCY_BUDGET,
+)
 from foundry.errors import DeclarationError
 from foundry.traits import Traits, parse_duration, parse_rate, traits_from_kwargs
 
@@ -47,6 +53,7 @@ TRAIT_PROMPTS: dict[str, tuple[str, str]] = {
     "stages": ("int", "how many stages hand data on to each other (1 if none)?"),
     "shares": ("list", "state two units both touch (comma-separated rows, files, caches; empty if none)"),
     "long_running": (_BOOL, "is one unit long-running (seconds to hours)?"),
+    "releases_gil": (_BOOL, "is the computing native code that releases the GIL (hashlib, zlib, numpy)?"),
     "isolate": (_BOOL, "must a crash be contained (untrusted, crash-prone or leaky native code)?"),
 }
 _EXTRA_FLAGS: dict[str, str] = {
@@ -109,7 +116,12 @@ ASKS: dict[str, Ask] = {
     "latency": [("latency", _always), ("idempotent", _tight_latency)],
     "background": [("background", _always)],
     "size": [("est", _always), ("rate", _always), ("concurrency", _always)],
-    "bound": [("bound", _always), ("partitionable", _cpu), ("items", _yes("partitionable"))],
+    "bound": [
+        ("bound", _always),
+        ("partitionable", _cpu),
+        ("items", _yes("partitionable")),
+        ("releases_gil", _cpu),
+    ],
     "independence": [("stages", _always), ("shares", _always)],
     "ordering": [("ordered", _always), ("key", _yes("ordered"))],
     "count": [("concurrency", _always)],
@@ -144,6 +156,15 @@ def add_parser(sub: Any) -> None:
         help='a phase with its own traits, e.g. --phase "sign:est=35ms,bound=cpu"',
     )
     parser.add_argument("--ask", action="store_true", help="ask for the answers not given as flags")
+    parser.add_argument(
+        "--cores", default=None, help="decide for a host with this many cores (default: this one)"
+    )
+    parser.add_argument(
+        "--gil",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decide for an interpreter with (--gil) or without (--no-gil) the GIL (default: this one)",
+    )
     parser.add_argument(
         "--json",
         action="store_true",
@@ -272,35 +293,44 @@ def _traits(unit: str, answers: Answers, base: Traits | None = None) -> Traits:
 
 
 def _walk_axis(
-    asker: Asker, unit: str, axis: str, answers: Answers, base: Traits | None, skip: set[str]
+    asker: Asker,
+    unit: str,
+    axis: str,
+    answers: Answers,
+    base: Traits | None,
+    skip: set[str],
+    host: Host,
 ) -> None:
     questions = DELIVERY_QUESTIONS if axis == "delivery" else (*EXECUTION_QUESTIONS, ISOLATION)
     asked: set[str] = set()
     decided = False
     for number, q in enumerate(questions, 1):
-        if decided and q.id != ISOLATION.id:
-            continue  # stop at the first that decides; isolation is still asked (it overrides)
+        if decided and q.id not in ALWAYS_ASKED:
+            continue  # stop at the first that decides; duration and isolation are still asked
         asker.say(f"  [{axis} {number}/{len(questions)}] {q.text}")
         for trait, when in ASKS[q.id]:
             if trait not in answers and trait not in skip and when(answers):
                 asker.trait(unit, trait, answers, base)
         asked.add(q.id)
-        decision = decide(_traits(unit, answers, base))
-        answer = next(a for a in decision.questions if a.axis == axis and a.id == q.id)
+        decision = decide(_traits(unit, answers, base), host=host)
+        answer = next((a for a in decision.questions if a.axis == axis and a.id == q.id), None)
         by = decision.delivery_decided_by if axis == "delivery" else decision.decided_by
-        if answer.decided or by in asked:
-            model = decision.delivery if axis == "delivery" else decision.execution
+        model = decision.delivery if axis == "delivery" else decision.execution
+        if answer is None:  # this answer let an earlier question decide
+            asker.say(f"    -> decided above by {by}: {model}")
+            decided = True
+        elif answer.decided or by in asked:
             asker.say(f"    -> {answer.answer}  [decides: {model}]")
             decided = True
         else:
             asker.say(f"    -> {answer.answer}")
 
 
-def _interview(asker: Asker, name: str, answers: Answers) -> dict[str, Answers]:
+def _interview(asker: Asker, name: str, answers: Answers, host: Host) -> dict[str, Answers]:
     given = set(answers)
     asker.say(f"Deciding how {name!r} should run. Enter leaves a question not declared.")
-    _walk_axis(asker, name, "delivery", answers, None, given)
-    _walk_axis(asker, name, "execution", answers, None, given)
+    _walk_axis(asker, name, "delivery", answers, None, given, host)
+    _walk_axis(asker, name, "execution", answers, None, given, host)
     phases: dict[str, Answers] = {}
     base = _traits(name, answers).merged(model=None)
     while True:
@@ -314,25 +344,19 @@ def _interview(asker: Asker, name: str, answers: Answers) -> dict[str, Answers]:
             asker.say(f"    ! {phase!r} is taken; pick another name")
             continue
         own: Answers = {}
-        _walk_axis(asker, f"{name}.{phase}", "execution", own, base, set())
+        _walk_axis(asker, f"{name}.{phase}", "execution", own, base, set(), host)
         phases[phase] = own
 
 
-def _phase_json(d: Decision) -> dict[str, Any]:
-    db, eb = d.delivery_bill, d.execution_bill
-    return {
-        "name": d.phase,
-        "delivery": d.delivery,
-        "execution": d.execution,
-        "decided_by": d.decided_by,
-        "why": f"{d.delivery}: {db.why}. {d.execution}: {eb.why}.",
-        "costs": f"{d.delivery}: {db.costs}. {d.execution}: {eb.costs}.",
-        "fails": f"{d.delivery}: {db.fails}. {d.execution}: {eb.fails}.",
-        "watch": list(d.watch),
-        "warnings": [
-            {"code": w.code, "title": w.title, "message": w.message, "fix": w.fix} for w in d.warnings
-        ],
-    }
+def _host(args: argparse.Namespace) -> Host:
+    """This host (what `foundry plan` decides for too), or the one the flags describe."""
+    from foundry.profile import current_host
+
+    here = current_host()
+    cores = here.cores if args.cores is None else _int("cores", args.cores)
+    if cores is not None and cores < 1:
+        raise Problem(f"--cores {cores} is out of range. Fix: give --cores 1 or more", 2)
+    return Host(cores=cores, gil=here.gil if args.gil is None else args.gil)
 
 
 @reports_problems("advise")
@@ -340,18 +364,21 @@ def run(args: argparse.Namespace) -> int:
     from foundry.units import decide_phases
 
     name = args.name
+    host = _host(args)
     answers = _flag_answers(args)
     phases = dict(_parse_phase(spec) for spec in args.phase)
     if (not answers and not phases) or args.ask:
         asker = Asker(sys.stdin, sys.stderr)
-        phases.update(_interview(asker, name, answers))
+        phases.update(_interview(asker, name, answers, host))
     traits = _traits(name, answers)
     try:
-        main, decided = decide_phases(name, traits, phases)
+        main, decided = decide_phases(name, traits, phases, host)
     except DeclarationError as exc:
         raise Problem(str(exc), 2) from exc
     if args.json:
-        body = {"phases": [_phase_json(d) for d in (main, *decided.values())]}
+        from foundry.explain import phase_summary
+
+        body = {"phases": [phase_summary(d) for d in (main, *decided.values())]}
         json.dump(body, sys.stdout, indent=2)
         print()
         return 0

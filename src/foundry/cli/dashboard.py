@@ -1,6 +1,18 @@
-"""`foundry dashboard`: a web page over one or more processes' exporters.
+"""``foundry dashboard [APP]``: the web dashboard — plan, charts, jobs, workflows,
+streams and the fleet, with actions.
 
-Each source's samples get an ``instance`` label, so a worker fleet reads as one page.
+    foundry dashboard app.py                      # the app's plan and its engines
+    foundry dashboard pkg.module:app --port 8464
+    foundry dashboard --queue redis://... --journal postgresql://...   # engines only, no plan
+    foundry dashboard app.py --url http://10.0.0.5:9464 --url ...     # plus exporters
+    foundry dashboard app.py --host 0.0.0.0 --token "$(openssl rand -hex 24)"
+
+``APP`` (``module``, ``module:app`` or ``file.py``) gives the plan and the engines (the
+app's queue, stream and journal URLs); without it the engines come from ``FOUNDRY_*`` /
+``foundry.toml`` / ``./.foundry``. Workers appear by themselves: ``foundry worker``,
+``foundry workflows worker`` and ``foundry streams consume`` report to the fleet store
+(``--fleet`` / ``FOUNDRY_FLEET``, else derived from the engines). Listening anywhere
+but 127.0.0.1 needs ``--token``. See docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -9,26 +21,48 @@ import argparse
 import threading
 from typing import Any
 
+from foundry.cli._target import Problem, reports_problems
+from foundry.config import safe_url
+
+__all__ = ["add_parser", "merged_snapshot", "run"]
+
 
 def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "dashboard", help="serve a web dashboard over the metrics of one or more processes"
+        "dashboard",
+        help="web dashboard: plan with live figures, charts, jobs, workflows, streams, fleet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--url", action="append", help="an exporter to show (repeatable; default http://127.0.0.1:9464)"
+        "app", nargs="?", help="module, module:app or file.py (gives the plan and the engines)"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8464)
+    parser.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        help="an exporter to include (repeatable), e.g. http://host:9464",
+    )
+    parser.add_argument("--queue", help="queue URL (default: the app's)")
+    parser.add_argument("--stream", help="stream URL (default: the app's)")
+    parser.add_argument("--journal", help="workflow journal URL (default: the app's)")
+    parser.add_argument("--fleet", help="fleet store URL (default: FOUNDRY_FLEET, else derived)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8464, help="port (8464; 0 picks a free one)")
+    parser.add_argument("--token", help="required on any address but loopback (or FOUNDRY_DASHBOARD_TOKEN)")
+    parser.add_argument("--poll", type=float, default=2.0, help="seconds between page refreshes (>= 1)")
     parser.set_defaults(func=run)
 
 
 def merged_snapshot(urls: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Several exporters' snapshots as one, each sample labelled with its ``instance``;
+    ``foundry_exporter_up`` says which answered."""
     from foundry.errors import BackendUnavailableError
     from foundry.observe.top import fetch_snapshot
 
     merged: dict[str, list[dict[str, Any]]] = {}
     for url in urls:
-        instance = url.split("://", 1)[-1].rstrip("/")
+        instance = safe_url(url).split("://", 1)[-1].rstrip("/")
         try:
             snap = fetch_snapshot(url, timeout=2.0)
         except BackendUnavailableError:
@@ -48,18 +82,38 @@ def merged_snapshot(urls: list[str]) -> dict[str, list[dict[str, Any]]]:
     return merged
 
 
+@reports_problems("dashboard")
 def run(args: argparse.Namespace) -> int:
-    from foundry.observe.http import MetricsServer
+    from foundry.observe.dashboard import serve_dashboard
 
-    urls: list[str] = args.url or ["http://127.0.0.1:9464"]
+    if not args.poll >= 1.0:
+        raise Problem(f"--poll {args.poll}: at least 1 second. Fix: e.g. --poll 2", 2)
+    app = None
+    if args.app:
+        from foundry.cli.workflows import load_app
 
-    def prometheus() -> str:
-        return "# the dashboard aggregates; scrape each process's own /metrics:\n" + "".join(
-            f"# {url}/metrics\n" for url in urls
+        app = load_app(args.app)
+    try:
+        server = serve_dashboard(
+            app,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            exporters=args.url,
+            queue=args.queue,
+            stream=args.stream,
+            journal=args.journal,
+            fleet=args.fleet,
+            poll=args.poll,
         )
-
-    server = MetricsServer(lambda: merged_snapshot(urls), prometheus, args.host, args.port)
-    print(f"Foundry dashboard on {server.url}/ over {', '.join(urls)} (Ctrl-C to stop)")
+    except OSError as exc:
+        raise Problem(
+            f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}). Fix: pick another --port "
+            "(0 picks a free one)"
+        ) from exc
+    print(server.describe() + " (Ctrl-C to stop)", flush=True)
+    if server.token is not None:
+        print(f"open {server.url}/?token=<your token> once; the page keeps a cookie", flush=True)
     try:
         threading.Event().wait()
     finally:

@@ -2,13 +2,19 @@
 
     foundry jobs list [--queue Q] [--status S] [--limit 50]
     foundry jobs show ID
-    foundry jobs cancel ID
+    foundry jobs cancel ID [--wait 30s]
     foundry jobs dead [--queue Q]
     foundry jobs requeue ID
     foundry jobs stats [--queue Q]
 
+``cancel`` of a queued job cancels it at once; of a running one it records a request
+that the job's worker, on any host, acts on (the job then ends ``cancelled``, never
+retried); of a finished one it says so and exits 1.
+
 Reads the store only (``--url URL``, else ``FOUNDRY_QUEUE`` / ``foundry.toml`` /
-``./.foundry/queue.db``), so it needs none of the application's code.
+``<project>/.foundry/queue.db``), so it needs none of the application's code. Every
+action says on stderr which store it read (password masked) and where the state
+directory came from.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import sys
 from typing import Any
 
+from foundry.cli._state import MIN_PREFIX, full_id, shared_options
 from foundry.cli._target import Problem, console, reports_problems
 
 __all__ = ["add_parser"]
@@ -34,13 +41,18 @@ _STYLE = {
 }
 
 
+_ID = f"the job's id, or its first {MIN_PREFIX} characters or more when no other job's id begins so"
+
+
 def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "jobs", help="list, inspect, cancel and re-queue durable queue jobs (dead letters too)"
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help="queue URL (default: FOUNDRY_QUEUE, foundry.toml, ./.foundry)")
-    common.add_argument("--json", action="store_true", help="print JSON")
+    common = shared_options(
+        parser,
+        (("--url",), {"help": "queue URL (default: FOUNDRY_QUEUE, foundry.toml, <project>/.foundry)"}),
+        (("--json",), {"action": "store_true", "help": "print JSON"}),
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     p = actions.add_parser("list", parents=[common], help="recent jobs, newest first")
     p.add_argument("--queue")
@@ -48,17 +60,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=_list)
     p = actions.add_parser("show", parents=[common], help="one job: state, arguments, result or error")
-    p.add_argument("id")
+    p.add_argument("id", help=_ID)
     p.set_defaults(func=_show)
-    p = actions.add_parser("cancel", parents=[common], help="cancel a job nobody holds")
-    p.add_argument("id")
+    p = actions.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a queued job, or ask the worker running one to stop it (it ends cancelled)",
+    )
+    p.add_argument("id", help=_ID)
+    p.add_argument(
+        "--wait",
+        default="0s",
+        metavar="DURATION",
+        help="wait this long for a running job to end (e.g. 30s); exit 1 if it has not",
+    )
     p.set_defaults(func=_cancel)
     p = actions.add_parser("dead", parents=[common], help="the dead-letter store, newest first")
     p.add_argument("--queue")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=_dead)
     p = actions.add_parser("requeue", parents=[common], help="put a dead or failed job back in its queue")
-    p.add_argument("id")
+    p.add_argument("id", help=_ID)
     p.set_defaults(func=_requeue)
     p = actions.add_parser("stats", parents=[common], help="depth, age of the oldest job, running, dead")
     p.add_argument("--queue", action="append", help="queues to show (default: those in recent jobs)")
@@ -73,9 +95,10 @@ def add_parser(sub: Any) -> None:
 
 def _backend(args: argparse.Namespace) -> Any:
     from foundry.backends.queue import open_queue_backend
-    from foundry.config import load_settings
+    from foundry.cli._state import store
 
-    return open_queue_backend(args.url or load_settings().queue)
+    url, home = store(f"jobs {args.action}", "queue", args.url)
+    return open_queue_backend(url, home=home)
 
 
 def _when(t: float | None) -> str:
@@ -91,6 +114,17 @@ def _preview(data: bytes | None, codec: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _attempts_made(state: Any) -> int:
+    """The runs of the job that reached an outcome or are under way: the failures the
+    store recorded (its ``attempts``), plus the run that succeeded, the one running now,
+    or the one a cancel stopped. Deliveries that died with their worker are not in it
+    (``deliveries`` counts those)."""
+    ran = state.status.value in ("succeeded", "running") or (
+        state.status.value == "cancelled" and state.cancel_requested_at is not None
+    )
+    return int(state.attempts) + (1 if ran else 0)
+
+
 def _row(state: Any) -> dict[str, Any]:
     return {
         "id": state.id,
@@ -98,7 +132,8 @@ def _row(state: Any) -> dict[str, Any]:
         "queue": state.queue,
         "status": state.status.value,
         "deliveries": state.deliveries,
-        "attempts": state.attempts,
+        "attempts": state.attempts,  # failed attempts recorded, as the store and the dashboard say
+        "attempts_made": _attempts_made(state),
         "priority": state.priority,
         "key": state.key,
         "enqueued_at": state.enqueued_at,
@@ -106,14 +141,19 @@ def _row(state: Any) -> dict[str, Any]:
         "finished_at": state.finished_at,
         "dead_reason": state.dead_reason,
         "codec": state.codec,
+        "progress": None if state.progress is None else dataclasses.asdict(state.progress),
     }
+
+
+def _progress(state: Any) -> str:
+    return "" if state.progress is None else state.progress.describe()
 
 
 def _table(states: list[Any], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("id", "unit", "queue", "status", "deliv.", "att.", "enqueued", "finished", "why"):
+    for col in ("id", "unit", "queue", "status", "progress", "deliv.", "att.", "enqueued", "finished", "why"):
         table.add_column(col, overflow="fold")
     for s in states:
         style = _STYLE.get(s.status.value, "")
@@ -122,8 +162,9 @@ def _table(states: list[Any], title: str) -> None:
             s.unit,
             s.queue,
             f"[{style}]{s.status.value}[/{style}]",
+            _progress(s),
             str(s.deliveries),
-            str(s.attempts),
+            str(_attempts_made(s)),
             _when(s.enqueued_at),
             _when(s.finished_at),
             s.dead_reason or "",
@@ -134,6 +175,8 @@ def _table(states: list[Any], title: str) -> None:
 def _with_backend(args: argparse.Namespace, fn: Any) -> int:
     backend = _backend(args)
     try:
+        if getattr(args, "id", None):  # show, cancel, requeue: a unique prefix names its job
+            args.id = full_id(backend, args.id, "job")
         return int(fn(backend))
     finally:
         backend.close()
@@ -198,10 +241,14 @@ def _show(args: argparse.Namespace) -> int:
         out = console()
         style = _STYLE.get(state.status.value, "")
         out.print(f"[bold]{state.unit}[/bold] job {state.id}: [{style}]{state.status.value}[/{style}]")
-        for name in ("queue", "priority", "key", "deliveries", "attempts", "codec"):
+        for name in ("queue", "priority", "key", "deliveries"):
             out.print(f"  {name:11} {row[name]}")
+        out.print(f"  {'attempts':11} {row['attempts_made']} ({state.attempts} failed)")
+        out.print(f"  {'codec':11} {state.codec}")
         for name in ("enqueued_at", "eta", "finished_at"):
             out.print(f"  {name:11} {_when(row[name])}")
+        if state.progress is not None:
+            out.print(f"  {'progress':11} {_progress(state)} (at {_when(state.progress.at)})", markup=False)
         out.print(f"  {'arguments':11} {_preview(state.payload, state.codec, 400)}", markup=False)
         if state.result is not None:
             out.print(f"  {'result':11} {_preview(state.result, state.codec, 400)}", markup=False)
@@ -219,7 +266,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace, action: str, done: str, refused: str) -> int:
-    """``cancel`` / ``requeue`` one job; say why when the store refuses."""
+    """``requeue`` one job; say why when the store refuses."""
 
     def go(backend: Any) -> int:
         if getattr(backend, action)(args.id):
@@ -234,9 +281,50 @@ def _change(args: argparse.Namespace, action: str, done: str, refused: str) -> i
     return _with_backend(args, go)
 
 
+_STOPS = (
+    "its worker stops it: an isolate=True job's child is killed, an async job's task is cancelled, "
+    "a job on a thread stops at its next foundry.execute.checkpoint()"
+)
+
+
 @reports_problems("jobs")
 def _cancel(args: argparse.Namespace) -> int:
-    return _change(args, "cancel", "cancelled", "only a queued job can be cancelled")
+    from foundry.backends.queue import CancelResult
+    from foundry.errors import DeclarationError
+    from foundry.traits import parse_duration
+
+    try:
+        wait = parse_duration(args.wait, unit="foundry jobs cancel", field_name="--wait")
+    except DeclarationError as exc:
+        raise Problem(f"--wait {args.wait!r}: {exc.problem}. Fix: {exc.fix}", 2) from exc
+
+    def go(backend: Any) -> int:
+        done = backend.cancel(args.id)
+        if done is CancelResult.UNKNOWN:
+            raise _missing(args.id, backend.url)
+        if done is CancelResult.CANCELLED:
+            print(f"job {args.id} cancelled: it will not run")
+            return 0
+        state = backend.get(args.id)
+        if done is not CancelResult.REQUESTED:
+            now = "gone" if state is None else state.status.value
+            print(f"job {args.id} had already finished ({now}): nothing to cancel", file=sys.stderr)
+            return 1
+        print(f"job {args.id} is running: cancel requested; {_STOPS}; it then ends cancelled, not retried")
+        if wait <= 0:
+            return 0
+        final = backend.wait(args.id, wait)
+        if final is not None and final.status.value == "cancelled":
+            print(f"job {args.id} cancelled")
+            return 0
+        now = "gone" if final is None else final.status.value
+        print(
+            f"job {args.id} is still {now} after {args.wait}: its worker has not stopped it yet",
+            file=sys.stderr,
+        )
+        return 1
+
+    return _with_backend(args, go)
 
 
 @reports_problems("jobs")
@@ -265,7 +353,7 @@ def _stats(args: argparse.Namespace) -> int:
 
         table = Table(title=f"queues in {backend.url}")
         for col in ("queue", "depth", "oldest age", "scheduled", "running", "dead"):
-            table.add_column(col, justify="right" if col != "queue" else "left")
+            table.add_column(col, justify="right" if col != "queue" else "left", overflow="fold")
         for q, s in rows.items():
             table.add_row(
                 q, str(s.depth), f"{s.oldest_age:.2f}s", str(s.scheduled), str(s.running), str(s.dead)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -208,9 +207,10 @@ def add_parser(sub: Any) -> None:
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from foundry.cli._target import console
 
-    return Console() if sys.stdout.isatty() else Console(width=160, soft_wrap=False)
+    out: Console = console(width=160)
+    return out
 
 
 def _emit_json(data: dict[str, Any]) -> None:

@@ -28,5 +28,7 @@ def run(args: argparse.Namespace) -> int:
         with urllib.request.urlopen(target, timeout=5) as response:
             print(response.read().decode(), end="")
     except OSError as exc:
-        raise BackendUnavailableError(f"cannot read {target}: {exc}") from exc
+        from foundry.config import safe_url
+
+        raise BackendUnavailableError(f"cannot read {safe_url(target)}: {exc}") from exc
     return 0

@@ -100,14 +100,17 @@ def _print(p: Any) -> None:
     console = make_console()
     walls = [r.wall for r in p.runs]
     table = Table(title=f"Profile of {p.target} ({len(p.runs)} runs)", title_justify="left")
-    table.add_column("measure", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("measure", style="bold", overflow="fold")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_row("wall time (median)", fmt_seconds(p.wall))
     table.add_row("wall time (min / max)", f"{fmt_seconds(min(walls))} / {fmt_seconds(max(walls))}")
     table.add_row("CPU time (median, process + children)", fmt_seconds(p.cpu))
     table.add_row("CPU / wall", f"{p.ratio:.2f}")
     table.add_row("peak Python memory (one run)", f"{p.peak_memory / 1024:.1f} KiB")
     table.add_row("classified", p.kind)
+    if p.gil_speedup is not None:
+        verdict = {True: "releases the GIL", False: "holds the GIL", None: "inconclusive"}[p.releases_gil]
+        table.add_row("2 threads vs 1 (calls per second)", f"{p.gil_speedup:.2f}× — {verdict}")
     console.print(table)
     if p.wall < 0.001:
         console.print(
@@ -115,9 +118,15 @@ def _print(p: Any) -> None:
         )
     elif p.ratio > 1.2:
         console.print("[dim]CPU/wall above 1: it used several cores (native threads or children).[/dim]")
+    gil = "" if p.releases_gil is None else f", releases_gil={p.releases_gil}"
     console.print(
-        f'Inferred traits: [bold]est="{fmt_seconds(p.inferred.est)}", bound="{p.inferred.bound}"[/bold]'
+        f'Inferred traits: [bold]est="{fmt_seconds(p.inferred.est)}", bound="{p.inferred.bound}"{gil}[/bold]'
     )
+    if p.releases_gil is None and p.gil_speedup is not None:
+        console.print(
+            "[dim]2 threads were neither clearly faster nor as slow as 1: a loaded machine blurs it; "
+            "profile again on a quiet one.[/dim]"
+        )
     for line in p.disagreements:
         console.print(f"[yellow]! {line}[/yellow]")
     d = p.decision
@@ -125,6 +134,8 @@ def _print(p: Any) -> None:
         f"Decision: [bold cyan]{d.model}[/bold cyan] (delivery by {d.delivery_decided_by}, "
         f"execution by {d.decided_by}); first failure mode: {first_failure(d)}"
     )
+    for line in d.load.lines:
+        console.print(f"[dim]  {line}[/dim]")
     for w in d.warnings:
         console.print(f"[yellow]⚠ {w.title}: {w.message}. Fix: {w.fix}[/yellow]")
     console.print(

@@ -8,8 +8,10 @@ that reaches the log.
     foundry streams consume APP [--stream S] [--group G] [--consumers N]
 
 Reads the log only (``--url URL``, else ``FOUNDRY_STREAM`` / ``foundry.toml`` /
-``./.foundry/stream.db``), so every command but ``consume`` needs none of the
-application's code. ``consume`` runs an app's consumer groups until SIGINT/SIGTERM.
+``<project>/.foundry/stream.db``), so every command but ``consume`` needs none of the
+application's code. ``consume`` runs an app's consumer groups until SIGINT/SIGTERM, or
+until one of its consumers dies (exit status 1, for a supervisor to restart it; the
+dead consumer's partitions went to the group's other members meanwhile).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from foundry.cli._state import shared_options
 from foundry.cli._target import Problem, console, reports_problems
 
 __all__ = ["add_parser"]
@@ -31,9 +34,11 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "streams", help="event streams: lag per group and partition, replay, dead letters, consumers"
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help="stream URL (default: FOUNDRY_STREAM, foundry.toml, ./.foundry)")
-    common.add_argument("--json", action="store_true", help="print JSON")
+    common = shared_options(  # consume takes neither: it runs the app's consumers on its own stream
+        parser,
+        (("--url",), {"help": "stream URL (default: FOUNDRY_STREAM, foundry.toml, <project>/.foundry)"}),
+        (("--json",), {"action": "store_true", "help": "print JSON"}),
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     p = actions.add_parser("list", parents=[common], help="streams with partitions, retained events, groups")
     p.set_defaults(func=_list)
@@ -75,9 +80,10 @@ def add_parser(sub: Any) -> None:
 
 def _backend(args: argparse.Namespace) -> Any:
     from foundry.backends.stream import open_stream_backend
-    from foundry.config import load_settings
+    from foundry.cli._state import store
 
-    return open_stream_backend(args.url or load_settings().stream)
+    url, _ = store(f"streams {args.action}", "stream", args.url)
+    return open_stream_backend(url)
 
 
 def _limit(name: str, value: float) -> str:
@@ -98,6 +104,7 @@ def _list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     backend = _backend(args)
+    shown = backend.url  # masked
     try:
         rows = []
         for name in backend.streams():
@@ -120,9 +127,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"streams at {args.url or 'the configured log'}")
+    table = Table(title=f"streams at {shown}")
     for column in ("stream", "partitions", "retained events", "offsets", "groups", "retention"):
-        table.add_column(column, justify="right" if column in ("partitions", "retained events") else "left")
+        table.add_column(
+            column,
+            justify="right" if column in ("partitions", "retained events") else "left",
+            overflow="fold",
+        )
     for r in rows:
         offsets = " ".join(
             f"{f}..{last}" if last >= f else "-" for f, last in zip(r["first"], r["last"], strict=True)
@@ -170,7 +181,9 @@ def _lag(args: argparse.Namespace) -> int:
         return 0
     table = Table(title="consumer lag (events after the committed offset)")
     for column in ("stream", "group", "partition", "committed", "end", "pending", "lag"):
-        table.add_column(column, justify="left" if column in ("stream", "group") else "right")
+        table.add_column(
+            column, justify="left" if column in ("stream", "group") else "right", overflow="fold"
+        )
     for r in rows:
         lag = r["lag"]
         style = "green" if lag == 0 else ("yellow" if lag < 1000 else "red")
@@ -279,9 +292,9 @@ def _dead(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"dead letters of {args.stream}" + (f" group {args.group}" if args.group else ""))
     for column in ("when", "group", "where", "event", "deliveries", "reason"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     if args.payload:
-        table.add_column("event data")
+        table.add_column("event data", overflow="fold")
     for d in letters:
         where = f"p{d.partition}@{d.offset}" + (f"..{d.last_offset}" if d.last_offset is not None else "")
         row = [
@@ -305,6 +318,12 @@ def _consume(args: argparse.Namespace) -> int:
 
     from foundry.cli.workflows import load_app
 
+    if args.url or args.json:  # given before the action: `foundry streams --url U consume APP`
+        raise Problem(
+            "consume runs the app's consumers on the app's own stream and prints no JSON, so it takes "
+            "neither --url nor --json. Fix: set the stream with FOUNDRY_STREAM or in foundry.toml",
+            2,
+        )
     app = load_app(args.app)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     streams = [app.streams[n] for n in args.stream] if args.stream else list(app.streams.values())
@@ -320,6 +339,9 @@ def _consume(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    from foundry.cli._state import announce
+
+    announce("streams consume", app.settings.describe("stream"))
     running = []
     try:
         for decl in streams:
@@ -329,8 +351,37 @@ def _consume(args: argparse.Namespace) -> int:
                 console().print(f"consuming {decl.name}: groups {', '.join(groups)} × {args.consumers}")
         if not running:
             raise Problem(f"none of the groups {args.group} are declared. Fix: check --group")
-        while not stop.wait(0.5):
-            pass
+        from foundry.observe.fleet import fleet_beacon
+
+        def owned() -> dict[str, Any]:
+            return {
+                "streams": [
+                    {
+                        "stream": c.runtime.name,
+                        "group": m.group,
+                        "consumer": m.name,
+                        "owned": sorted(m.owned),
+                    }
+                    for c in running
+                    for m in c.members
+                ]
+            }
+
+        beacon = fleet_beacon(app, "stream-consumer", owned)
+        try:
+            while not stop.wait(0.5):
+                failures = [f for consumers in running for f in consumers.failures]
+                if failures:
+                    # A dead consumer already left its group (others take its partitions);
+                    # this process is not what it was started as: stop and say so.
+                    name, error = failures[0]
+                    console().print(
+                        f"[red]consumer {name} died: {type(error).__name__}: {error}[/red] "
+                        f"({len(failures)} failed; traceback in the log). Stopping with exit status 1"
+                    )
+                    return 1
+        finally:
+            beacon.stop()
     finally:
         for consumers in running:
             consumers.stop()

@@ -1,15 +1,20 @@
-"""``foundry workflows``: list, inspect, cancel and signal workflows; run a worker.
+"""``foundry workflows``: list, inspect, cancel and signal workflows; run a worker;
+replay recorded histories against new code; reset a finished run.
 
     foundry workflows list [--status S] [--name N] [--limit 50]
-    foundry workflows show ID
+    foundry workflows show ID                  # state, history, inbox, published state, child tree
+    foundry workflows query ID                 # the state the run published (wf.publish)
     foundry workflows cancel ID
     foundry workflows signal ID NAME JSON
+    foundry workflows reset ID --step NAME     # run it again from a completed step (a new id)
+    foundry workflows export [ID ...] > histories.json
+    foundry workflows replay MODULE[:APP] [--from histories.json] [--id ID ...]
     foundry workflows purge --older-than 7d
     foundry workflows worker MODULE[:APP] [--concurrency 8] [--lease 30]
 
-Every command but ``worker`` reads the journal only (``--journal URL``, else
-``FOUNDRY_JOURNAL`` / ``foundry.toml`` / ``./.foundry/journal.db``), so it works from any
-machine that can reach the database, without the application's code.
+Every command but ``worker`` and ``replay`` reads the journal only (``--journal URL``,
+else ``FOUNDRY_JOURNAL`` / ``foundry.toml`` / ``./.foundry/journal.db``), so it works
+from any machine that can reach the database, without the application's code.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import sys
 import time
 from typing import Any
 
-from foundry.backends.journal.base import Entry, JournalBackend, SignalRecord, WorkflowState
+from foundry.backends.journal.base import Entry, JournalBackend, SignalRecord, WorkflowState, WorkflowStatus
+from foundry.cli._state import MIN_PREFIX, full_id, shared_options
 from foundry.cli._target import console, reports_problems
 
 __all__ = ["add_parser", "history_table", "load_app", "summary_table"]
@@ -35,6 +41,7 @@ _STATUS_STYLE = {
     "succeeded": "green",
     "failed": "red",
     "cancelled": "bright_black",
+    "timed_out": "red3",
     "ok": "green",
     "error": "red",
 }
@@ -44,12 +51,17 @@ def add_parser(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "workflows", help="list, show, cancel and signal durable workflows; run a workflow worker"
     )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--journal", help="journal URL (default: FOUNDRY_JOURNAL, foundry.toml, ./.foundry)")
+    common = shared_options(
+        parser,
+        (
+            ("--journal",),
+            {"help": "journal URL (default: FOUNDRY_JOURNAL, foundry.toml, <project>/.foundry)"},
+        ),
+    )
     cmds = parser.add_subparsers(dest="workflows_command", metavar="ACTION")
 
     p = cmds.add_parser("list", parents=[common], help="workflows, newest first")
-    p.add_argument("--status", choices=list(_STATUS_STYLE)[:7])
+    p.add_argument("--status", choices=[s.value for s in WorkflowStatus])
     p.add_argument("--name", help="only workflows of this name")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -58,9 +70,60 @@ def add_parser(sub: Any) -> None:
     p = cmds.add_parser(
         "show", parents=[common], help="one workflow: state, step history, compensation, inbox, children"
     )
-    p.add_argument("id")
+    p.add_argument("id", help=f"the workflow's id, or its first {MIN_PREFIX} characters or more when unique")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_show)
+
+    p = cmds.add_parser(
+        "query",
+        parents=[common],
+        help="the state a workflow published (wf.publish), read without touching it",
+    )
+    p.add_argument("id", help=f"the workflow's id, or its first {MIN_PREFIX} characters or more when unique")
+    p.set_defaults(func=_query)
+
+    p = cmds.add_parser(
+        "reset",
+        parents=[common],
+        help="run a finished workflow again from a completed step, as a new workflow that keeps the "
+        "steps before it",
+    )
+    p.add_argument("id", help=f"the finished workflow's id (or a unique prefix of {MIN_PREFIX}+ characters)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--step", help="the name of the completed step to restart from")
+    where.add_argument("--position", type=int, help="its position (`foundry workflows show` lists them)")
+    p.add_argument("--new-id", help="the new workflow's id (default: <id>~reset-<hex>)")
+    p.set_defaults(func=_reset)
+
+    p = cmds.add_parser(
+        "export", parents=[common], help="write recorded histories as JSON, for `workflows replay --from`"
+    )
+    p.add_argument("ids", nargs="*", help="workflow ids (default: the newest --limit)")
+    p.add_argument("--name", help="only workflows of this name")
+    p.add_argument("--status", choices=[s.value for s in WorkflowStatus])
+    p.add_argument("--limit", type=int, default=100)
+    p.set_defaults(func=_export)
+
+    p = cmds.add_parser(
+        "replay",
+        parents=[common],
+        help="replay recorded histories against the code of an app (module:app) and report the first "
+        "non-deterministic step; exit 1 if any",
+    )
+    p.add_argument("app", help="import path of the app: package.module or package.module:app")
+    p.add_argument(
+        "--id",
+        dest="ids",
+        action="append",
+        default=[],
+        help="a workflow id (repeat; default: the newest --limit)",
+    )
+    p.add_argument("--from", dest="source", help="histories written by `foundry workflows export`")
+    p.add_argument("--name", help="only workflows of this name")
+    p.add_argument("--status", choices=[s.value for s in WorkflowStatus])
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_replay)
 
     p = cmds.add_parser(
         "cancel", parents=[common], help="request cancellation; completed steps are compensated"
@@ -103,10 +166,17 @@ def add_parser(sub: Any) -> None:
 
 def _open(args: argparse.Namespace) -> JournalBackend:
     from foundry.backends.journal import open_journal
-    from foundry.config import load_settings
+    from foundry.cli._state import store
 
-    url = args.journal or load_settings().journal
-    return open_journal(url)
+    url, _ = store(f"workflows {args.workflows_command}", "journal", args.journal, "--journal")
+    journal = open_journal(url)
+    if getattr(args, "id", None):  # show, cancel, signal: a unique prefix names its workflow
+        try:
+            args.id = full_id(journal, args.id, "workflow")
+        except BaseException:
+            journal.close()
+            raise
+    return journal
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -165,8 +235,12 @@ def _entry_detail(e: Entry, now: float) -> str:
     if e.status == "error":
         return _error_text(e.error)
     if e.status == "waiting":
+        if e.kind == "step" and e.detail == "running":
+            return f"running; its timeout is {_ago(e.wake_at, now)}"
         if e.kind == "step":
             return f"retry {_ago(e.wake_at, now)} after {_error_text(e.error, 50)}"
+        if e.kind == "gather":
+            return f"fan-out of {e.detail} branches"
         if e.kind == "child":
             return f"child {e.detail}"
         return (
@@ -180,9 +254,17 @@ def _entry_detail(e: Entry, now: float) -> str:
         return "timed out" if e.detail == "timeout" else f"{e.detail}: {_preview(e.result, 40)}"
     if e.kind == "cancel":
         return f"cancelled (before {e.detail} {e.name!r})" if e.detail else "cancelled"
+    if e.kind == "timeout":
+        return f"timed out (at {e.detail} {e.name!r})" if e.detail else "timed out"
+    if e.kind == "gather":
+        return f"{e.detail} branches" + (f"; branch #{e.ref} failed" if e.ref is not None else "")
+    if e.kind == "patch":
+        return "new code path taken"
     if e.kind == "sleep":
         return e.detail or ""
     text = _preview(e.result, 48)
+    if e.kind == "step" and e.ref is not None:
+        text = f"branch of #{e.ref}: {text}"
     return f"{text}  [dim](transactional)[/dim]" if e.detail == "transactional" else text
 
 
@@ -192,8 +274,8 @@ def summary_table(state: WorkflowState, now: float | None = None) -> Any:
 
     now = time.time() if now is None else now
     table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", overflow="fold")
+    table.add_column(overflow="fold")
     ended = state.finished_at or now
     rows = [
         ("workflow", f"{state.name}  [dim]{state.id}[/dim]"),
@@ -223,6 +305,12 @@ def summary_table(state: WorkflowState, now: float | None = None) -> Any:
             f"{_dur(ended - state.created_at)}",
         ),
     ]
+    if state.deadline is not None:
+        rows.append(("deadline", f"{_ago(state.deadline, now)} (its timeout)"))
+    if state.origin:
+        rows.append(("origin", state.origin))
+    if state.published:
+        rows.append(("published", _preview(state.published, 200)))
     if state.owner and not state.status.finished:
         rows.append(
             ("owner", f"{state.owner} (lease {_ago(state.lease_until, now).replace(' ago', ' overdue')})")
@@ -234,7 +322,7 @@ def summary_table(state: WorkflowState, now: float | None = None) -> Any:
     if state.result is not None:
         rows.append(("result", _preview(state.result, 100)))
     if state.error:
-        rows.append(("error", f"[red]{_error_text(state.error, 100)}[/red]"))
+        rows.append(("error", f"[red]{_error_text(state.error, 1000)}[/red]"))
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -278,7 +366,7 @@ def _inbox_table(signals: list[SignalRecord]) -> Any:
 
     table = Table(title="inbox (signals)", title_justify="left")
     for col in ("#", "name", "payload", "consumed"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for s in signals:
         used = "waiting" if s.consumed_position is None else f"at position {s.consumed_position}"
         table.add_row(str(s.seq), s.name, _preview(s.payload), used)
@@ -303,6 +391,9 @@ def _state_json(state: WorkflowState) -> dict[str, Any]:
         "wake_at": None if math.isinf(state.wake_at) else state.wake_at,
         "result": None if state.result is None else json.loads(state.result),
         "error": None if not state.error else json.loads(state.error),
+        "deadline": state.deadline,
+        "origin": state.origin,
+        "published": None if not state.published else json.loads(state.published),
     }
 
 
@@ -348,10 +439,11 @@ def _show(args: argparse.Namespace) -> int:
     try:
         state, entries = journal.load(args.id)
         inbox = journal.signals(args.id)
-        children = journal.workflows(parent_id=args.id, limit=1000)
+        tree = _children(journal, args.id)
         now = journal.clock.time()
     finally:
         journal.close()
+    children = tree.get(args.id, [])
     if args.json:
         out = _state_json(state)
         out["history"] = [
@@ -365,6 +457,7 @@ def _show(args: argparse.Namespace) -> int:
                 "finished_at": e.finished_at,
                 "ref": e.ref,
                 "detail": e.detail,
+                "wake_at": None if e.wake_at is None or math.isinf(e.wake_at) else e.wake_at,
                 "result": None if e.result is None else json.loads(e.result),
                 "error": None if e.error is None else json.loads(e.error),
             }
@@ -374,6 +467,7 @@ def _show(args: argparse.Namespace) -> int:
             {"seq": s.seq, "name": s.name, "consumed_position": s.consumed_position} for s in inbox
         ]
         out["children"] = [c.id for c in children]
+        out["tree"] = _tree_json(tree, args.id)
         print(json.dumps(out, indent=2))
         return 0
     out = console()
@@ -381,8 +475,161 @@ def _show(args: argparse.Namespace) -> int:
     out.print(history_table(state, entries, now))
     if inbox:
         out.print(_inbox_table(inbox))
-    for child in children:
-        out.print(f"child [bold]{child.id}[/bold] ({child.name}): {_styled(child.status.value)}")
+    if children:
+        out.print(child_tree(state, tree))
+    return 0
+
+
+_TREE_LIMIT = 1000  # descendants shown (a fan-out of children can be wide)
+
+
+def _children(journal: JournalBackend, root: str) -> dict[str, list[WorkflowState]]:
+    """The descendants of ``root``, by parent id (breadth first, at most ``_TREE_LIMIT``)."""
+    tree: dict[str, list[WorkflowState]] = {}
+    todo, seen = [root], 0
+    while todo and seen < _TREE_LIMIT:
+        parent = todo.pop(0)
+        kids = sorted(
+            journal.workflows(parent_id=parent, limit=_TREE_LIMIT), key=lambda c: c.parent_position or 0
+        )
+        tree[parent] = kids
+        seen += len(kids)
+        todo.extend(k.id for k in kids)
+    return tree
+
+
+def _tree_json(tree: dict[str, list[WorkflowState]], node: str) -> list[dict[str, Any]]:
+    return [
+        {"id": c.id, "name": c.name, "status": c.status.value, "children": _tree_json(tree, c.id)}
+        for c in tree.get(node, [])
+    ]
+
+
+def child_tree(state: WorkflowState, tree: dict[str, list[WorkflowState]]) -> Any:
+    """The workflow and its children, grandchildren …, each with its status and step."""
+    from rich.tree import Tree
+
+    def label(s: WorkflowState) -> str:
+        now = s.current_step or ("" if s.status.finished else f"#{s.position}")
+        where = "" if s.parent_position is None else f"[dim]@{s.parent_position}[/dim] "
+        return f"{where}[bold]{s.id}[/bold] ({s.name}) {_styled(s.status.value)} {now}".rstrip()
+
+    root = Tree(label(state), guide_style="dim")
+
+    def grow(node: Any, workflow_id: str) -> None:
+        for kid in tree.get(workflow_id, []):
+            grow(node.add(label(kid)), kid.id)
+
+    grow(root, state.id)
+    return root
+
+
+@reports_problems("workflows")
+def _query(args: argparse.Namespace) -> int:
+    from foundry.deliver.workflow.reset import published_state
+    from foundry.errors import NotFoundError
+
+    journal = _open(args)
+    try:
+        state = journal.get(args.id)
+    finally:
+        journal.close()
+    if state is None:
+        raise NotFoundError(
+            f"no workflow with id {args.id!r}. Fix: check the id with `foundry workflows list`"
+        )
+    print(json.dumps(published_state(state), indent=2))
+    return 0
+
+
+@reports_problems("workflows")
+def _reset(args: argparse.Namespace) -> int:
+    from foundry.deliver.workflow.reset import fork_run
+
+    journal = _open(args)
+    try:
+        started = fork_run(journal, args.id, step=args.step, position=args.position, new_id=args.new_id)
+    finally:
+        journal.close()
+    print(
+        f"{started.state.id}: {started.state.origin}; it keeps the steps before that and is pending "
+        "(a worker running its app runs it)"
+    )
+    return 0
+
+
+@reports_problems("workflows")
+def _export(args: argparse.Namespace) -> int:
+    from foundry.deliver.workflow.replay import export_history
+
+    journal = _open(args)
+    try:
+        ids = args.ids or [
+            s.id for s in journal.workflows(status=args.status, name=args.name, limit=args.limit)
+        ]
+        docs = [export_history(*journal.load(i)) for i in ids]
+    finally:
+        journal.close()
+    print(json.dumps(docs, indent=1))
+    return 0
+
+
+@reports_problems("workflows")
+def _replay(args: argparse.Namespace) -> int:
+    from foundry.deliver.workflow.replay import replay
+
+    app = load_app(args.app)
+    journal = None if args.source else _open(args)
+    try:
+        reports = replay(
+            app,
+            journal=journal,
+            histories=args.source,
+            ids=args.ids,
+            name=args.name,
+            status=args.status,
+            limit=args.limit,
+        )
+    finally:
+        if journal is not None:
+            journal.close()
+    bad = [r for r in reports if not r.ok]
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": r.workflow_id,
+                        "name": r.name,
+                        "recorded": r.recorded,
+                        "ok": r.ok,
+                        "checked": r.checked,
+                        "position": r.position,
+                        "problem": r.problem,
+                    }
+                    for r in reports
+                ],
+                indent=2,
+            )
+        )
+        return 1 if bad else 0
+    from rich.table import Table
+
+    table = Table(title=f"replay of {len(reports)} recorded histories", title_justify="left")
+    for col in ("id", "workflow", "recorded", "verdict", "positions", "first difference"):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        verdict = "[green]replays[/green]" if r.ok else "[red]diverges[/red]"
+        where = "" if r.ok else f"#{r.position}: {r.problem}"
+        table.add_row(r.workflow_id, r.name, _styled(r.recorded), verdict, str(r.checked), where)
+    console().print(table)
+    if bad:
+        print(
+            f"{len(bad)} of {len(reports)} histories diverge: runs in flight would fail with "
+            "NonDeterminismError. Fix: keep the old paths behind `if wf.patched(...)`",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -487,13 +734,18 @@ def _worker(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(
             f"workflow worker {worker.owner}: {', '.join(sorted(worker.names))} on "
-            f"{worker.runtime.journal.url} (concurrency {args.concurrency}, lease {args.lease}s)",
+            f"{worker.runtime.journal.url} (concurrency {args.concurrency}, lease {args.lease}s; "
+            f"home {app.settings.home}, from {app.settings.source})",
             flush=True,
         )
+    from foundry.observe.fleet import fleet_beacon
+
+    beacon = fleet_beacon(app, "workflow-worker", {"name": worker.owner, "workflows": sorted(worker.names)})
     try:
         worker.run()
     finally:
         worker.stop(timeout=max(5.0, args.lease))
+        beacon.stop()
     if not args.quiet:
         print(f"workflow worker {worker.owner}: stopped after {worker.claimed} claims", flush=True)
     return 0

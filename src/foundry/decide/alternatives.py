@@ -8,23 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from foundry.decide.model import Rejected
-from foundry.decide.questions import (
-    ASYNC_MIN,
-    HIGH_THROUGHPUT,
-    LATENCY_BUDGET,
-    PARALLEL_MIN_ITEMS,
-    fmt_in_flight,
-    in_flight,
-)
+from foundry.decide.load import Demand
+from foundry.decide.model import Host, Rejected
+from foundry.decide.questions import ASYNC_MIN, HIGH_THROUGHPUT, LATENCY_BUDGET, PARALLEL_MIN_ITEMS
 from foundry.traits import DELIVERIES, EXECUTIONS, Traits
 
 __all__ = ["rejected_delivery", "rejected_execution"]
 
-Reason = Callable[[Traits], str | None]
+Reason = Callable[[Traits, Demand, Host], str | None]
 
 
-def _direct(t: Traits) -> str | None:
+def _direct(t: Traits, d: Demand, host: Host) -> str | None:
     if t.durable:
         return "durable=True: a crash of the process loses the work, and nothing retries it"
     if t.compensate or t.multi_step:
@@ -36,7 +30,7 @@ def _direct(t: Traits) -> str | None:
     return None
 
 
-def _pool(t: Traits) -> str | None:
+def _pool(t: Traits, d: Demand, host: Host) -> str | None:
     if t.durable:
         return "nothing is persisted: a lost dispatcher or worker loses durable work"
     if t.latency is None or t.latency > LATENCY_BUDGET:
@@ -48,7 +42,7 @@ def _pool(t: Traits) -> str | None:
     return None
 
 
-def _queue(t: Traits) -> str | None:
+def _queue(t: Traits, d: Demand, host: Host) -> str | None:
     if t.ordered:
         return "no order between jobs: parallel consumers and retries reorder them"
     if (t.consumers or 1) > 1 or t.replay:
@@ -60,7 +54,7 @@ def _queue(t: Traits) -> str | None:
     return None
 
 
-def _stream(t: Traits) -> str | None:
+def _stream(t: Traits, d: Demand, host: Host) -> str | None:
     if t.compensate:
         return "a log delivers events; it does not retry or undo steps of one process"
     if not t.ordered and not t.replay and (t.consumers or 1) <= 1 and (t.rate or 0) < HIGH_THROUGHPUT:
@@ -68,37 +62,40 @@ def _stream(t: Traits) -> str | None:
     return None
 
 
-def _workflow(t: Traits) -> str | None:
+def _workflow(t: Traits, d: Demand, host: Host) -> str | None:
     if not t.multi_step and not t.compensate:
         return "one step: nothing to orchestrate, resume step by step, or compensate"
     return None
 
 
-def _sequential(t: Traits) -> str | None:
+def _sequential(t: Traits, d: Demand, host: Host) -> str | None:
     if t.isolate:
         return "isolate=True: a crash in the work would take the caller down with it"
-    n = in_flight(t)
-    if n is not None and n >= 2:
-        return f"{fmt_in_flight(t)} in flight: one at a time, the wall time is the sum of every wait"
+    if d.known and not d.single:
+        if d.in_flight is not None and d.in_flight >= 1:
+            return (
+                f"{d.describe()}: one worker would be busy {d.in_flight:.0%} of the time and never "
+                "drain the backlog"
+            )
+        return f"{d.describe()}: one at a time, the wall time is the sum of every wait"
     if t.stages and t.stages >= 2:
         return f"{t.stages} stages could overlap; one at a time they cannot"
     return None
 
 
-def _async(t: Traits) -> str | None:
+def _async(t: Traits, d: Demand, host: Host) -> str | None:
     if t.bound in ("cpu", "mixed"):
         return f"bound={t.bound!r}: one computing handler stalls every task on the loop"
     if t.isolate:
         return "no crash containment: one crash ends every task on the loop"
-    n = in_flight(t)
-    if n is not None and n < ASYNC_MIN:
-        return f"{fmt_in_flight(t)} in flight: tens need no event loop, and async colours every caller"
+    if d.slots is not None and d.slots < ASYNC_MIN:
+        return f"{d.describe()}: tens need no event loop, and async colours every caller"
     if t.bound is None:
         return "not declared waiting-bound (bound='io'): async only pays for waiting work"
     return None
 
 
-def _threads(t: Traits) -> str | None:
+def _threads(t: Traits, d: Demand, host: Host) -> str | None:
     if t.isolate:
         return "isolate=True: threads share one address space, a crash takes them all"
     if not t.shares:
@@ -108,32 +105,39 @@ def _threads(t: Traits) -> str | None:
     return None
 
 
-def _bounded_pool(t: Traits) -> str | None:
+def _bounded_pool(t: Traits, d: Demand, host: Host) -> str | None:
     if t.isolate:
         return "isolate=True: pooled threads share one address space, a crash takes every unit"
-    n = in_flight(t)
-    if t.bound == "io" and n is not None and n >= ASYNC_MIN:
-        return f"{fmt_in_flight(t)} waiting at once: a thread each does not scale; tasks do"
-    if n is None and not t.is_long:
-        return "no count declared that needs a cap (declare concurrency= or rate=)"
+    if t.bound == "io" and d.slots is not None and d.slots >= ASYNC_MIN:
+        return f"{d.describe()}: {d.slots} waiting at once; a thread each does not scale, tasks do"
+    if d.computing and not d.threads_use_cores and d.known and not d.single:
+        return (
+            "computing in pure Python under the GIL: pooled threads take turns on one core "
+            "(declare releases_gil=True if the code is native and releases it)"
+        )
+    if not d.known and not t.is_long:
+        return "no count declared that needs a cap (declare concurrency=, or rate= with est=)"
     return None
 
 
-def _processes(t: Traits) -> str | None:
+def _processes(t: Traits, d: Demand, host: Host) -> str | None:
     if t.isolate:
         return None
-    if t.est is not None and t.est < 0.010:
+    if d.computing and d.threads_use_cores and d.known and not d.single:
+        why = "this interpreter has no GIL" if host.gil is False else "releases_gil=True"
+        return f"{why}: threads use the cores without start-up or pickling"
+    if t.est is not None and t.est < 0.001:
         return "no isolation needed, and pickling each call would cost as much as the work"
     return "no isolation needed: start-up and serialisation would be paid for nothing"
 
 
-def _channels(t: Traits) -> str | None:
+def _channels(t: Traits, d: Demand, host: Host) -> str | None:
     if not t.stages or t.stages < 2:
         return "no stages hand data on to each other (declare stages= for a pipeline)"
     return None
 
 
-def _parallel(t: Traits) -> str | None:
+def _parallel(t: Traits, d: Demand, host: Host) -> str | None:
     if not t.partitionable:
         return "not one partitionable computation over data in memory (partitionable=True)"
     if t.items is not None and t.items < PARALLEL_MIN_ITEMS:
@@ -166,20 +170,26 @@ _EXECUTION: dict[str, Reason] = {
 
 
 def _rejected(
-    models: tuple[str, ...], reasons: dict[str, Reason], t: Traits, chosen: str, decided: str
+    models: tuple[str, ...],
+    reasons: dict[str, Reason],
+    t: Traits,
+    d: Demand,
+    host: Host,
+    chosen: str,
+    decided: str,
 ) -> tuple[Rejected, ...]:
     out = []
     for model in models:
         if model == chosen:
             continue
-        reason = reasons[model](t) or f"{chosen} fits better ({decided})"
+        reason = reasons[model](t, d, host) or f"{chosen} fits better ({decided})"
         out.append(Rejected(model, reason))
     return tuple(out)
 
 
-def rejected_delivery(t: Traits, chosen: str, decided: str) -> tuple[Rejected, ...]:
-    return _rejected(DELIVERIES, _DELIVERY, t, chosen, decided)
+def rejected_delivery(t: Traits, d: Demand, host: Host, chosen: str, decided: str) -> tuple[Rejected, ...]:
+    return _rejected(DELIVERIES, _DELIVERY, t, d, host, chosen, decided)
 
 
-def rejected_execution(t: Traits, chosen: str, decided: str) -> tuple[Rejected, ...]:
-    return _rejected(EXECUTIONS, _EXECUTION, t, chosen, decided)
+def rejected_execution(t: Traits, d: Demand, host: Host, chosen: str, decided: str) -> tuple[Rejected, ...]:
+    return _rejected(EXECUTIONS, _EXECUTION, t, d, host, chosen, decided)

@@ -2,31 +2,45 @@
 
 The first four are seed 000 §4; the rest are seed 003's failure modes that a
 declaration can already reveal. Each check is pure: ``(traits, delivery, execution,
-host) -> Warning | None``. The ``override-contradicts-traits`` warning needs the walk
+host, load) -> Warning | None``. The ``override-contradicts-traits`` warning needs the walk
 that the override replaced, so the engine raises it (see ``engine.py``); its code is
 listed here with the others so tools can enumerate every code.
+
+A warning fires only where the failure can happen on *Foundry's* runtime for the
+chosen model, with its actual defaults: every in-process intake is bounded by default
+(pools, processes, channels, parallel runs, the async runner's ``submit``), so
+``unbounded-intake`` is left for the one line that is not (callers of an async unit
+waiting for a permit under ``overflow="block"``); a parallel map restores order at the
+join and a unit with ``ordered=True, key=...`` runs in per-key lanes, so
+``order-lost-by-parallel-model`` is left for the writes no join can reorder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from foundry.decide.model import Host, Warning
-from foundry.decide.questions import ASSUMED_CORES, HIGH_THROUGHPUT, VOLUME_RATE, fmt_rate, fmt_seconds
+from foundry.decide.fmt import fmt_count, fmt_rate, fmt_seconds
+from foundry.decide.model import Host, Load, Warning
+from foundry.decide.questions import HIGH_THROUGHPUT, VOLUME_RATE
 from foundry.traits import Traits
 
 __all__ = ["CHECKS", "CODES", "OVERRIDE_CODE", "check_all"]
 
 OVERRIDE_CODE = "override-contradicts-traits"
-IPC_EST = 0.010  # below this a process hop (pickle, pipe, wake-up) rivals the work
+# A unit's round trip to a child of Foundry's process pool (pickle, pipe, wake-up) costs
+# about 0.05 ms pipelined to 0.2 ms one at a time: below 1 ms of work it is a large share.
+IPC_EST = 0.001
 OVERSUBSCRIBE_FACTOR = 2  # runnable compute threads per core before throughput falls
-_CONCURRENT = frozenset({"async", "threads", "bounded_pool", "processes", "parallel"})
+_CONCURRENT = frozenset({"async", "threads", "bounded_pool", "processes", "channels", "parallel"})
 _POOLED = frozenset({"threads", "bounded_pool", "processes"})
+_THREADED = frozenset({"threads", "bounded_pool", "channels"})
 
-Check = Callable[[Traits, str, str, Host], Warning | None]
+Check = Callable[[Traits, str, str, Host, Load], Warning | None]
 
 
-def _queue_when_order_matters(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _queue_when_order_matters(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load
+) -> Warning | None:
     if delivery != "queue" or not t.ordered:
         return None
     return Warning(
@@ -38,7 +52,9 @@ def _queue_when_order_matters(t: Traits, delivery: str, execution: str, host: Ho
     )
 
 
-def _stream_for_simple_work(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _stream_for_simple_work(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load
+) -> Warning | None:
     if delivery != "stream" or t.ordered or t.replay or (t.consumers or 1) > 1:
         return None
     if t.rate is not None and t.rate >= HIGH_THROUGHPUT:
@@ -53,7 +69,9 @@ def _stream_for_simple_work(t: Traits, delivery: str, execution: str, host: Host
     )
 
 
-def _orchestrator_for_stateless(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _orchestrator_for_stateless(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load
+) -> Warning | None:
     if delivery != "workflow" or t.multi_step or t.compensate:
         return None
     return Warning(
@@ -65,7 +83,7 @@ def _orchestrator_for_stateless(t: Traits, delivery: str, execution: str, host: 
     )
 
 
-def _direct_for_durable(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _direct_for_durable(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
     if delivery not in ("direct", "pool") or not t.durable:
         return None
     return Warning(
@@ -77,7 +95,7 @@ def _direct_for_durable(t: Traits, delivery: str, execution: str, host: Host) ->
     )
 
 
-def _cpu_on_event_loop(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _cpu_on_event_loop(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
     if execution != "async" or t.bound not in ("cpu", "mixed"):
         return None
     est = f" of {fmt_seconds(t.est)}" if t.est is not None else ""
@@ -92,7 +110,7 @@ def _cpu_on_event_loop(t: Traits, delivery: str, execution: str, host: Host) -> 
     )
 
 
-def _pool_deadlock(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _pool_deadlock(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
     if not t.waits_on_pool or (execution not in _POOLED and delivery != "pool"):
         return None
     return Warning(
@@ -105,62 +123,136 @@ def _pool_deadlock(t: Traits, delivery: str, execution: str, host: Host) -> Warn
     )
 
 
-def _unbounded_intake(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
-    # Durable deliveries keep their backlog on disk (watch its age); in-process ones in memory.
-    if t.max_pending is not None or t.concurrency is not None or delivery not in ("direct", "pool"):
+def _unbounded_intake(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
+    # Every in-process runtime bounds its intake by default (pools, processes and channels
+    # at 4 per worker, parallel at 4 runs, async submit() at 4 per permit) and durable
+    # deliveries keep their backlog on disk. The one line with no bound: `await unit(...)`
+    # callers of an async unit waiting for a permit, unless overflow="reject" caps them.
+    if delivery not in ("direct", "pool") or execution != "async" or t.overflow == "reject":
         return None
-    high = t.rate is not None and t.rate >= VOLUME_RATE
-    if not high and execution != "async":
+    if t.rate is None or t.rate < VOLUME_RATE:
         return None
-    what = f"rate {fmt_rate(t.rate)}" if high and t.rate is not None else "tasks on an event loop"
+    permits = load.concurrency if load.concurrency is not None else "the"
     return Warning(
         "unbounded-intake",
         "Unbounded intake",
-        f"{what} with no concurrency= or max_pending= declared: an overload becomes a growing "
-        "backlog in memory and then an out-of-memory kill instead of backpressure",
-        'declare max_pending=N (and concurrency=) with overflow="block" or "reject" so overload '
-        "becomes backpressure or a clear OverloadError",
+        f"rate {fmt_rate(t.rate)} on an event loop with overflow={t.overflow!r}: callers of "
+        f"`await unit(...)` past the {permits} permits wait in a line with no bound (max_pending "
+        "bounds submit(), not them), so an overload grows the heap until an out-of-memory kill "
+        "instead of pushing back",
+        'declare overflow="reject" (with max_pending=N): waiters past N get an OverloadError at '
+        "once, which a server turns into a 503",
     )
 
 
-def _thread_oversubscription(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
-    if t.bound != "cpu" or execution not in ("threads", "bounded_pool"):
+def _thread_oversubscription(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load
+) -> Warning | None:
+    # Foundry sizes a computing pool to the cores itself; only an explicit workers= can
+    # oversubscribe it.
+    if t.bound != "cpu" or execution not in _THREADED or t.workers is None:
         return None
-    threads = t.workers if t.workers is not None else (t.concurrency if execution == "threads" else None)
-    cores = host.cores if host.cores is not None else ASSUMED_CORES
-    if threads is None or threads <= OVERSUBSCRIBE_FACTOR * cores:
+    cores = load.cores
+    if t.workers <= OVERSUBSCRIBE_FACTOR * cores:
         return None
-    assumed = "" if host.cores is not None else " (assumed; pass the host to check this machine)"
+    assumed = " (assumed; pass the host to check this machine)" if load.cores_assumed else ""
     return Warning(
         "thread-oversubscription",
         "Thread oversubscription",
-        f"{threads} compute threads on {cores} cores{assumed}: past the core count throughput "
-        "falls as concurrency rises (context switches, cache misses, GIL handoffs)",
-        f"cap the pool near the core count (workers={cores}); let the rest wait in the bounded queue",
+        f"workers={t.workers}: {t.workers} compute threads on {cores} cores{assumed}: past the core "
+        "count throughput falls as concurrency rises (context switches, cache misses, GIL handoffs)",
+        f"drop workers= (Foundry sizes a computing pool to the cores) or set workers={cores}; the rest "
+        "wait in the bounded intake",
     )
 
 
-def _order_lost(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
-    if not t.ordered or execution not in _CONCURRENT or t.concurrency == 1 or t.workers == 1:
+def _threads_under_gil(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
+    if t.bound != "cpu" or execution not in _THREADED or host.gil is False or t.releases_gil:
         return None
+    if load.concurrency is not None and load.concurrency <= 1:
+        return None
+    why = (
+        f"units share {', '.join(t.shares)}, which keeps them on threads"
+        if t.shares and execution == "threads"
+        else "a thread pool was chosen for computing work"
+    )
+    assumed = " (assumed: pass the host, or check sys._is_gil_enabled())" if host.gil is None else ""
+    return Warning(
+        "cpu-threads-under-gil",
+        "A thread pool for CPU work under the GIL",
+        f"bound='cpu' on {execution} under the GIL{assumed}: {why}, but its threads run Python "
+        "bytecode one at a time, so the pool computes on one core however many threads it has",
+        "if the computing is native code that releases the GIL (hashlib on large buffers, zlib, "
+        "cryptography, numpy) declare releases_gil=True (`foundry profile` measures it); otherwise "
+        'use process workers (model="processes"), and partition shared state by key so they need '
+        "none",
+    )
+
+
+def _saturation(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load, what: str = "computing"
+) -> Warning | None:
+    if not load.saturated or load.rate is None or load.capacity is None or load.utilisation is None:
+        return None
+    needed = f" with {fmt_count(load.in_flight)} needed in flight" if load.in_flight is not None else ""
+    if load.computing and load.cores_needed is not None and load.cores_needed > load.cores:
+        where = f"{load.cores} (assumed)" if load.cores_assumed else str(load.cores)
+        message = (
+            f"{fmt_count(load.cores_needed)} cores of {what} on {where}: add hosts or shed load. "
+            f"{fmt_rate(load.rate)} × {fmt_seconds(load.est or 0)} needs more cores than the host "
+            f"has (ρ = {load.utilisation:.2f}); no queue drains that, the backlog grows until the "
+            "intake rejects"
+        )
+        fix = (
+            "add hosts (run more workers or processes elsewhere: a queue or pool delivery spreads "
+            "them), make each unit cheaper, or shed load (overflow='reject', max_pending=N)"
+        )
+    else:
+        served = f"{load.concurrency} {load.runs_on}" if load.concurrency else "the chosen model"
+        message = (
+            f"{fmt_rate(load.rate)} arriving but {served} serve {fmt_rate(load.capacity)} (ρ = "
+            f"{load.utilisation:.2f}){needed}: the backlog grows without end until the intake rejects"
+        )
+        fix = (
+            "raise workers= (or drop it and let Foundry size the pool from the load), run it on more "
+            "hosts, or shed load (overflow='reject', max_pending=N)"
+        )
+        if load.computing and execution in ("threads", "bounded_pool", "channels", "async", "sequential"):
+            fix = (
+                "computing serialised on one core: use process workers (drop model=, or "
+                "releases_gil=True if native code releases the GIL), or shed load"
+            )
+    return Warning("saturation", "Demand exceeds capacity", message, fix)
+
+
+def _order_lost(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
+    # Results are restored to input order at the join (map(ordered=True), a parallel map)
+    # and a declared key runs in per-key lanes; what no join restores is the order of the
+    # units' own writes to shared state when no key serialises them.
+    if not t.ordered or t.key or not t.shares or execution not in _CONCURRENT:
+        return None
+    if load.concurrency is not None and load.concurrency <= 1:
+        return None
+    shared = ", ".join(t.shares)
     return Warning(
         "order-lost-by-parallel-model",
         "Order lost by a parallel model",
-        f"ordered=True but {execution} completes units out of order: consumers that assume input "
-        "order silently see another one",
-        "restore order at the join (map(ordered=True), or merge chunks by index), or declare "
-        "key= to keep order per key on one in-order consumer",
+        f"ordered=True and the units write {shared}, but {execution} runs several at once: they "
+        f"write {shared} out of order; restoring order at the join fixes the results, not the writes",
+        "declare key= (the entity whose writes must stay in order): Foundry then runs one unit per "
+        "key at a time, in submission order, and different keys in parallel",
     )
 
 
-def _ipc_dominated(t: Traits, delivery: str, execution: str, host: Host) -> Warning | None:
+def _ipc_dominated(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
     if execution != "processes" or t.est is None or t.est >= IPC_EST:
         return None
     return Warning(
         "ipc-dominated-process-work",
         "Process work dominated by IPC",
         f"est={fmt_seconds(t.est)} per unit on processes: pickling the arguments and result and "
-        "crossing a pipe costs about as much as the work, so more processes buy little",
+        "crossing a pipe (0.05-0.2 ms a unit on Foundry's process pool) is a large share of the "
+        "work, so more processes buy little",
         "batch many items per call (one call per chunk), or use a bounded pool of threads if "
         "isolation is not required",
     )
@@ -175,15 +267,26 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("pool-deadlock", _pool_deadlock),
     ("unbounded-intake", _unbounded_intake),
     ("thread-oversubscription", _thread_oversubscription),
+    ("cpu-threads-under-gil", _threads_under_gil),
+    ("saturation", _saturation),
     ("order-lost-by-parallel-model", _order_lost),
     ("ipc-dominated-process-work", _ipc_dominated),
 )
 CODES: tuple[str, ...] = (*(code for code, _ in CHECKS), OVERRIDE_CODE)
 
 
-def check_all(t: Traits, delivery: str, execution: str, host: Host) -> tuple[Warning, ...]:
-    """Every anti-pattern these traits walk into on ``delivery/execution``, in table order."""
-    found = (check(t, delivery, execution, host) for _, check in CHECKS)
+def check_all(
+    t: Traits, delivery: str, execution: str, host: Host, load: Load, phase: str = "main"
+) -> tuple[Warning, ...]:
+    """Every anti-pattern these traits walk into on ``delivery/execution``, in table order
+    (``phase`` names the work in the saturation message: "10.5 cores of sign on 8")."""
+    what = "computing" if phase == "main" else phase
+    found = (
+        _saturation(t, delivery, execution, host, load, what)
+        if code == "saturation"
+        else check(t, delivery, execution, host, load)
+        for code, check in CHECKS
+    )
     return tuple(w for w in found if w is not None)
 
 

@@ -27,6 +27,8 @@ _LOOP_LAG = "foundry_loop_lag_seconds"
 _LOOP_BLOCKED = "foundry_loop_blocked_total"
 _POOL_BUSY = "foundry_pool_busy"
 _POOL_REJECTED = "foundry_pool_rejected_total"
+_POOL_QUEUE_WAIT = "foundry_pool_queue_wait_seconds"
+_POOL_LOST = "foundry_pool_lost_total"
 _CHILD_EXITS = "foundry_child_exits_total"
 _CHILD_RESTARTS = "foundry_child_restarts_total"
 _CHANNEL_FILL = "foundry_channel_fill"
@@ -57,15 +59,22 @@ DELIVERY_BILLS: dict[str, Bill] = {
         model="pool",
         choose_when="a latency budget under ~50 ms, served by interchangeable stateless workers, "
         "for work the client can safely retry",
-        why="predictable latency under known load; scale by adding workers; no broker to run",
-        costs="nothing is persisted, so durability is the client's job; sizing needs a load test",
-        fails="a lost dispatcher or worker loses the request in it; saturation shows up as a "
-        "growing wait and then rejections",
+        why="the first free worker process answers; the pool sizes itself between min_workers and "
+        "max_workers with M/M/c to hold the latency target; no broker on one machine (local://, or "
+        "local://served for workers run by foundry pool serve), NATS queue groups for workers on many "
+        "hosts (nats://, foundry pool serve on each)",
+        costs="nothing is persisted, so durability is the client's job: only idempotent=True units "
+        "are retried; arguments and results cross a process (JSON by default); every request "
+        "carries a deadline (30 s unless deadline=) and the intake is bounded (max_pending=)",
+        fails="a worker that dies, times out or is cut off loses the request in it: idempotent units "
+        "retry on another worker with the same key, others fail with WorkerLostError (it may or may "
+        "not have happened); saturation shows as queue wait, then DeadlineExceededError and "
+        "OverloadError; no worker at all is NoWorkerError at once",
         guarantees=(
-            "observed by the caller on success; a lost worker loses the request, and only an "
-            "idempotent client retry makes that exactly-once in effect"
+            "at most once per attempt, answered once; observed by the caller on success; exactly "
+            "once in effect only for idempotent units, through the client's retry"
         ),
-        watch=(_POOL_BUSY, _POOL_REJECTED, _DEPTH, _AGE, _DURATION),
+        watch=(_POOL_BUSY, _POOL_QUEUE_WAIT, _POOL_LOST, _POOL_REJECTED, _CHILD_RESTARTS, _DURATION),
         simpler="direct execution in the request handler, if one process can carry the load",
     ),
     "queue": Bill(
@@ -195,10 +204,13 @@ EXECUTION_BILLS: dict[str, Bill] = {
         choose_when="one large computation over data already in memory that splits into chunks",
         why="the highest ceiling there is; the parallel phase needs no synchronisation",
         costs="partition and merge logic; floating-point results can differ run to run; "
-        "memory bandwidth caps it",
+        "memory bandwidth caps it; on a Dask or Ray cluster (cluster=), shipping every chunk "
+        "over the network and the same code installed on every worker",
         fails="off-by-one chunk boundaries; load imbalance; false sharing; slower than sequential "
-        "on small inputs",
-        guarantees="each chunk computed once; results merged at the join (restore order there)",
+        "on small inputs; on a cluster, a worker lost mid-chunk (the cluster re-runs it)",
+        guarantees="each item's result lands once at its own index, merged at the join (restore "
+        "order there); a chunk is computed once on local processes, and may be re-run by a "
+        "cluster after its worker died",
         watch=(_CPU, _DURATION, _IN_FLIGHT),
         simpler="a better algorithm, a vectorised library, or a database aggregate",
     ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Answer", "Bill", "Decision", "Host", "Rejected", "Warning"]
+__all__ = ["Answer", "Bill", "Decision", "Host", "Load", "Measured", "Rejected", "Warning"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,52 @@ class Host:
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """The offered load and what the chosen model serves, with the arithmetic shown.
+
+    Little's law: units in flight ``L = λ × W`` (arrival ``rate`` × time per unit
+    ``est``). For computing work each unit in flight holds a core, so ``L`` is also the
+    cores it needs. ``concurrency`` is what the decision runs at once — pool workers,
+    process workers, event-loop permits, or stream partitions (``runs_on`` says which);
+    ``None`` when too little is declared to size it (the runtime's default applies).
+    ``capacity`` is units per second that can be served (``concurrency`` — capped by the
+    cores for computing — ÷ ``est``) and ``utilisation`` is ``rate / capacity``: above 1
+    the backlog grows without end, whatever the queue.
+    """
+
+    rate: float | None = None  # λ, arrivals per second
+    est: float | None = None  # W, seconds per unit
+    in_flight: float | None = None  # L = λ × W
+    declared: int | None = None  # concurrency= as declared
+    computing: bool = False  # bound="cpu": one core per unit in flight
+    cores: int = 8  # the host's, or assumed
+    cores_assumed: bool = True
+    cores_needed: float | None = None  # computing work only
+    concurrency: int | None = None  # what the decision runs at once
+    runs_on: str = ""  # "process workers", "threads", "permits", "partitions", "caller"
+    capacity: float | None = None  # units per second the decision serves
+    utilisation: float | None = None  # ρ = rate / capacity
+    lines: tuple[str, ...] = ()  # the arithmetic, as a person reads it
+
+    @property
+    def saturated(self) -> bool:
+        return self.utilisation is not None and self.utilisation > 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What a measurement found (``foundry profile``, the loop watchdog, live metrics);
+    ``None`` fields were not measured. :func:`foundry.decide.reclassify` re-decides with
+    them in place of the declared values."""
+
+    est: float | None = None
+    bound: str | None = None  # "cpu", "io" or "mixed"
+    rate: float | None = None
+    releases_gil: bool | None = None
+    source: str = "measured"  # who measured, for the record ("foundry profile", "loop watchdog")
+
+
+@dataclass(frozen=True, slots=True)
 class Rejected:
     model: str
     reason: str
@@ -79,7 +125,26 @@ class Decision:
     warnings: tuple[Warning, ...] = ()
     overridden: bool = False  # an explicit model= chose it
     notes: tuple[str, ...] = field(default=())
+    load: Load = field(default_factory=Load)  # the offered load, the chosen size, the arithmetic
+    order: str = ""  # how the chosen model keeps the declared order ("" when none is required)
+
+    @property
+    def deciding_answer(self) -> str:
+        """The execution answer that decided, as the questions recorded it."""
+        return _answer(self.questions, "execution", self.decided_by)
+
+    @property
+    def delivery_answer(self) -> str:
+        """The delivery answer that decided."""
+        return _answer(self.questions, "delivery", self.delivery_decided_by)
 
     @property
     def model(self) -> str:
         return f"{self.delivery}/{self.execution}"
+
+
+def _answer(questions: tuple[Answer, ...], axis: str, qid: str) -> str:
+    for a in questions:
+        if a.axis == axis and a.id == qid:
+            return a.answer
+    return ""

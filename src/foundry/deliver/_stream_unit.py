@@ -34,9 +34,18 @@ class StreamUnitRunner:
         self.spec = spec
         name = re.sub(r"[^A-Za-z0-9_-]", "-", spec.name)[:100]
         self.runtime = StreamRuntime(
-            StreamConfig(name, partitions=1), ctx.settings.stream, metrics=ctx.metrics, key_field=None
+            StreamConfig(name, partitions=1),
+            ctx.settings.stream,
+            metrics=ctx.metrics,
+            key_field=None,
+            watchdog=ctx.settings.watchdog,
+            tracing=ctx.tracing,
         )
-        self.runtime.add_group(self._handle, ConsumerOptions(group=_GROUP, timeout=spec.traits.timeout))
+        options = ConsumerOptions(group=_GROUP, timeout=spec.traits.timeout)
+        if spec.is_async:  # on the consumer's (watched) loop, stalls attributed to the unit
+            self.runtime.add_group(self._ahandle, options, watch=[spec])
+        else:
+            self.runtime.add_group(self._handle, options)
         self._futures: dict[str, cf.Future[Any]] = {}
         self._lock = threading.Lock()
         self._consumers: Consumers | None = None
@@ -68,18 +77,28 @@ class StreamUnitRunner:
     def _handle(self, event: StreamEvent) -> None:
         future = self._futures.pop(event.id, None)
         try:
-            if self.spec.is_async:
-                value = asyncio.run(self.spec.fn(*event["args"], **event["kwargs"]))
-            else:
-                value = self.spec.fn(*event["args"], **event["kwargs"])
+            value = self.spec.fn(*event["args"], **event["kwargs"])
         except Exception as exc:
-            if future is not None and event.deliveries >= ConsumerOptions(group=_GROUP).max_deliveries:
-                future.set_exception(exc)
-            elif future is not None:
-                self._futures[event.id] = future
+            self._failed(event, future, exc)
             raise
         if future is not None and not future.done():
             future.set_result(value)
+
+    async def _ahandle(self, event: StreamEvent) -> None:
+        future = self._futures.pop(event.id, None)
+        try:
+            value = await self.spec.fn(*event["args"], **event["kwargs"])
+        except Exception as exc:
+            self._failed(event, future, exc)
+            raise
+        if future is not None and not future.done():
+            future.set_result(value)
+
+    def _failed(self, event: StreamEvent, future: cf.Future[Any] | None, exc: Exception) -> None:
+        if future is not None and event.deliveries >= ConsumerOptions(group=_GROUP).max_deliveries:
+            future.set_exception(exc)
+        elif future is not None:
+            self._futures[event.id] = future
 
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         if options.delay is not None or options.eta is not None or options.priority:

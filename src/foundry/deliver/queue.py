@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from foundry.backends.queue import (
@@ -36,13 +37,17 @@ from foundry.errors import (
     NotFoundError,
     OverloadError,
     PayloadTooLargeError,
+    RecordError,
     SubmitError,
 )
 from foundry.handle import Handle, Outcome, Status
 from foundry.observe import names
 from foundry.observe.metrics import Registry
+from foundry.observe.tracing import decision_attributes, messaging_system
+from foundry.payload import DEFAULT_MAX_PAYLOAD
+from foundry.retry import Backoff
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_error, get_codec
+from foundry.serialize import ErrorTypes, declared_codec, decode_error, get_codec
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
@@ -58,9 +63,9 @@ __all__ = [
 ]
 
 DEFAULT_QUEUE = "default"
-DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: a queue carries references to data, not the data
 _WAIT_SLICE = 30.0  # a wait "forever" is many bounded waits on the store
 _SUBMIT_RETRY = 10.0  # seconds submit() keeps trying a store that is briefly unreachable
+_OUTAGE = Backoff(0.05, 1.0, jitter="none", owner="the queue's store")  # pauses while it is down
 _MANY = 500  # jobs per transaction in submit_many
 T = TypeVar("T")
 
@@ -80,36 +85,78 @@ def queue_of(spec: UnitSpec) -> str:
     return spec.traits.queue or DEFAULT_QUEUE
 
 
-def outcome_of(state: JobState) -> Outcome:
+def outcome_of(state: JobState, spec: UnitSpec | None = None, errors: ErrorTypes | None = None) -> Outcome:
     """How a finished job ended, as the submitter sees it (the original exception type
-    when it can be rebuilt, :class:`DeadLetteredError` with the reason for dead letters)."""
+    when the allow-list admits it, :class:`DeadLetteredError` with the reason for dead
+    letters).
+
+    ``spec`` is this process's declaration of the job's unit: its result is decoded with
+    the codec *declared* there (JSON when the unit is not declared here), never with the
+    codec the record names, and its error records are rebuilt with the unit's allow-list
+    (``errors`` when the unit is not declared here). A record that disagrees is a
+    :class:`~foundry.errors.RecordError` outcome, not decoded."""
+    declared = spec.traits.codec if spec is not None else "json"
+    allowed = spec.errors if spec is not None else errors
     if state.status is JobStatus.SUCCEEDED:
-        return Outcome(value=None if state.result is None else get_codec(state.codec).decode(state.result))
+        if state.result is None:
+            return Outcome(value=None)
+        what = f"the result of job {state.id}"
+        try:
+            codec = declared_codec(declared, state.codec, unit=state.unit, what=what)
+        except RecordError as exc:
+            if spec is None and state.codec == "pickle":
+                exc.add_note(
+                    f"unit {state.unit!r} is not declared in this process, so nothing says it may use "
+                    "pickle. Fix: read the job from an app that declares the unit"
+                )
+            return Outcome(error=exc)
+        try:
+            return Outcome(value=codec.decode(state.result))
+        except Exception as exc:
+            return Outcome(
+                error=RecordError(
+                    f"unit {state.unit!r}: {what} is not valid {codec.name} ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); it was written by another program or damaged in the store. "
+                    f"Fix: inspect it with `foundry jobs show {state.id}`"
+                )
+            )
     if state.status is JobStatus.CANCELLED:
-        return Outcome(
-            error=CancelledError(f"unit {state.unit!r}: job {state.id} was cancelled before it ran")
-        )
+        how = "before it ran" if state.deliveries == 0 else "while it ran; it was stopped and not retried"
+        return Outcome(error=CancelledError(f"unit {state.unit!r}: job {state.id} was cancelled {how}"))
     if state.status is JobStatus.DEAD:
         return Outcome(error=DeadLetteredError(state.id, state.dead_reason or "no reason recorded"))
-    record: dict[str, Any] = {}
+    record: Any = {}
     if state.error:
         try:
             record = json.loads(state.error)
-        except ValueError:
-            record = {"type": "RemoteError", "message": state.error.decode(errors="replace")}
-    return Outcome(error=decode_error(record or {"type": "RemoteError", "message": "failed"}))
+        except (ValueError, RecursionError):
+            record = {"type": "RemoteError", "message": state.error.decode(errors="replace")[:10_000]}
+    return Outcome(error=decode_error(record or {"type": "RemoteError", "message": "failed"}, allowed))
 
 
 class JobSource:
-    """A :class:`~foundry.handle.Source` over a job in the store (any process can hold one)."""
+    """A :class:`~foundry.handle.Source` over a job in the store (any process can hold one).
 
-    __slots__ = ("_backend", "_final", "id", "unit")
+    ``spec`` is this process's declaration of the unit (``None``: not declared here):
+    what the job's record is decoded and checked against (:func:`outcome_of`)."""
 
-    def __init__(self, backend: QueueBackend, job_id: str, unit: str) -> None:
+    __slots__ = ("_backend", "_errors", "_final", "_outcome", "_spec", "id", "unit")
+
+    def __init__(
+        self,
+        backend: QueueBackend,
+        job_id: str,
+        unit: str,
+        spec: UnitSpec | None = None,
+        errors: ErrorTypes | None = None,
+    ) -> None:
         self._backend = backend
         self.id = job_id
         self.unit = unit
+        self._spec = spec
+        self._errors = errors
         self._final: JobState | None = None
+        self._outcome: Outcome | None = None
 
     def _state(self) -> JobState:
         if self._final is not None:
@@ -131,16 +178,16 @@ class JobSource:
         if self._final is not None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.05
+        pauses = _OUTAGE.pauses()
         while True:
             left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
             try:
                 state = self._backend.wait(self.id, max(0.0, left))
             except BackendUnavailableError:  # a broker restart: keep waiting within the timeout
+                pause = next(pauses)
                 if deadline is not None and time.monotonic() + pause >= deadline:
                     return False
                 time.sleep(pause)
-                pause = min(pause * 2, 1.0)
                 continue
             if state is None:
                 self._state()  # raises NotFoundError
@@ -154,14 +201,32 @@ class JobSource:
         return await asyncio.to_thread(self.wait, timeout)
 
     def outcome(self) -> Outcome:
-        return outcome_of(self._state())
+        if self._outcome is not None:
+            return self._outcome
+        state = self._state()
+        if state.unit != self.unit:
+            return Outcome(
+                error=RecordError(
+                    f"unit {self.unit!r}: job {self.id}'s record in the store now names unit {state.unit!r}; "
+                    "it was not decoded (a job id belongs to one unit: the record was rewritten). "
+                    "Fix: check who can write to the store (docs/security.md)"
+                )
+            )
+        outcome = outcome_of(state, self._spec, self._errors)
+        if self._final is not None:  # finished: keep the decoded outcome, not the bytes it came from
+            self._outcome = outcome
+            self._final = replace(state, result=None, payload=None)
+        return outcome
 
     def cancel(self) -> bool:
-        if self._backend.cancel(self.id):
-            self._final = None
-            self._state()
-            return True
-        return False
+        """Cancel the job: at once while it is queued; while it runs, a request its worker
+        acts on (the job then ends cancelled). ``False`` when it had finished already."""
+        if not self._backend.cancel(self.id).accepted:
+            return False
+        self._final = None
+        self._outcome = None
+        self._state()
+        return True
 
 
 class QueueRuntime:
@@ -219,7 +284,8 @@ def runtime_for(ctx: RuntimeContext, url: str | None = None) -> QueueRuntime:
     with _SHARED_LOCK:
         rt = _SHARED.get(key)
         if rt is None:
-            rt = _SHARED[key] = QueueRuntime(open_queue_backend(target), ctx.metrics)
+            backend = open_queue_backend(target, home=ctx.settings.home)
+            rt = _SHARED[key] = QueueRuntime(backend, ctx.metrics)
         rt.refs += 1
         return rt
 
@@ -261,6 +327,8 @@ class QueueRunner:
         self._closed = False
         self._depth_checked = 0.0
         self._depth = 0
+        self._tracing = ctx.tracing
+        self._span_attributes: dict[str, Any] | None = None  # made with the first traced submit
 
     def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         name = self.spec.name
@@ -293,10 +361,50 @@ class QueueRunner:
             time.sleep(0.05)
 
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
-        job = self._new_job(args, kwargs, options)
+        tracer = self._tracing.tracer()
+        if tracer is None:
+            return self._submit(self._new_job(args, kwargs, options))
+        with tracer.send(f"send {self.spec.name}", self._send_attributes()) as (span, trace):
+            job = self._new_job(args, kwargs, options, trace)
+            span.set_attribute("messaging.message.id", job.id)
+            return self._submit(job)
+
+    def _submit(self, job: NewJob) -> Handle:
         self._check_intake()
         done = self._enqueue(job)
-        return Handle(done.id, self.spec.name, JobSource(self.backend, done.id, self.spec.name))
+        return Handle(done.id, self.spec.name, JobSource(self.backend, done.id, self.spec.name, self.spec))
+
+    def _send_attributes(self) -> dict[str, Any]:
+        """The attributes of this unit's send spans (``docs/tracing.md``)."""
+        if self._span_attributes is None:
+            self._span_attributes = {
+                **decision_attributes(self.spec.name, self.spec.decision),
+                "messaging.system": messaging_system(self.backend.url),
+                "messaging.destination.name": self.queue,
+                "messaging.operation": "publish",
+                "messaging.operation.type": "send",
+            }
+        return self._span_attributes
+
+    def enqueue_keyed(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: str) -> Enqueued:
+        """Enqueue one job under idempotency ``key`` (stored as ``<unit>:<key>``) and say
+        whether this call created it (``created=False``: the key names a job already).
+        Never waits for room: at ``max_pending`` it raises :class:`OverloadError` at once.
+        A scheduler's tick (``foundry.deliver.scheduler``)."""
+        tracer = self._tracing.tracer()
+        job = self._new_job(
+            args, kwargs, SubmitOptions(key=key), None if tracer is None else tracer.current()
+        )
+        bound = self.spec.traits.max_pending
+        if bound is not None:
+            stats = self.backend.stats(self.queue)
+            if stats.depth + stats.scheduled >= bound:
+                raise OverloadError(
+                    f"unit {self.spec.name!r}: queue {self.queue!r} holds {stats.depth + stats.scheduled} "
+                    f"jobs, at max_pending={bound}; job {key!r} was not enqueued. Fix: add workers, or raise "
+                    "max_pending"
+                )
+        return self._enqueue(job)
 
     def submit_many(
         self, calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]], options: SubmitOptions
@@ -306,12 +414,26 @@ class QueueRunner:
         chunk is all-or-nothing: a bad item raises with the earlier chunks in and none of
         its own chunk. With ``max_pending`` the chunk is no larger than the bound, so the
         queue holds at most twice the bound."""
+        tracer = self._tracing.tracer()
+        if tracer is None:
+            return self._submit_many(calls, options, None)
+        with tracer.send(f"send {self.spec.name}", self._send_attributes()) as (span, trace):
+            handles = self._submit_many(calls, options, trace)
+            span.set_attribute("messaging.batch.message_count", len(handles))
+            return handles
+
+    def _submit_many(
+        self,
+        calls: Iterable[tuple[tuple[Any, ...], dict[str, Any]]],
+        options: SubmitOptions,
+        trace: str | None,
+    ) -> list[Handle]:
         name = self.spec.name
         size = min(_MANY, self.spec.traits.max_pending or _MANY)
         handles: list[Handle] = []
         chunk: list[NewJob] = []
         for args, kwargs in calls:
-            chunk.append(self._new_job(args, kwargs, options))
+            chunk.append(self._new_job(args, kwargs, options, trace))
             if len(chunk) == size:
                 handles.extend(self._enqueue_chunk(chunk, name))
                 chunk = []
@@ -322,9 +444,11 @@ class QueueRunner:
     def _enqueue_chunk(self, chunk: list[NewJob], name: str) -> list[Handle]:
         self._check_intake()
         done = self._retrying(lambda: self.backend.enqueue_many(chunk))
-        return [Handle(d.id, name, JobSource(self.backend, d.id, name)) for d in done]
+        return [Handle(d.id, name, JobSource(self.backend, d.id, name, self.spec)) for d in done]
 
-    def _new_job(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> NewJob:
+    def _new_job(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions, trace: str | None = None
+    ) -> NewJob:
         if self._closed:
             raise SubmitError(
                 f"unit {self.spec.name!r}: its runner is closed. Fix: submit before app.close()"
@@ -354,6 +478,7 @@ class QueueRunner:
             max_retries=traits.retries,
             max_deliveries=self.max_deliveries,
             timeout=options.timeout if options.timeout is not None else traits.timeout,
+            trace=trace,
         )
 
     def _enqueue(self, job: NewJob) -> Enqueued:
@@ -365,15 +490,15 @@ class QueueRunner:
         ``_SUBMIT_RETRY`` seconds. Safe: a retry carries the same job ids, so a first
         attempt whose commit did happen is found, not duplicated."""
         deadline = time.monotonic() + _SUBMIT_RETRY
-        pause = 0.05
+        pauses = _OUTAGE.pauses()
         while True:
             try:
                 return enqueue()
             except BackendUnavailableError:
+                pause = next(pauses)
                 if time.monotonic() + pause > deadline:
                     raise
                 time.sleep(pause)
-                pause = min(pause * 2, 1.0)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         return await asyncio.to_thread(self.submit, args, kwargs, options)
@@ -416,7 +541,11 @@ def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
             f"no job {job_id!r} in queue {rt.backend.url} (never submitted there, or purged after its "
             "result_ttl). Fix: check the id, and that this process uses the submitter's queue URL"
         )
-    return Handle(job_id, state.unit, JobSource(rt.backend, job_id, state.unit))
+    try:
+        spec: UnitSpec | None = ctx.lookup(state.unit)
+    except (NotFoundError, KeyError, AttributeError):
+        spec = None  # not declared here: its result is read as JSON, its errors by the app's list
+    return Handle(job_id, state.unit, JobSource(rt.backend, job_id, state.unit, spec, ctx.errors))
 
 
 def close_handles(app: Any) -> None:

@@ -17,7 +17,9 @@ How per-key order is kept, even under redelivery and with several consumers in a
 3. **One event in flight per partition.** The owner handles a batch strictly in offset
    order, one event after another, and commits the batch (cumulative) before reading
    the next one. A failing event is retried *in place* (with back-off) — the events
-   after it wait — until it succeeds or is dead-lettered.
+   after it in its partition wait — until it succeeds or is dead-lettered. The back-off
+   pauses only that partition: the consumer serves its other partitions meanwhile and
+   resumes the paused batch when its retry is due.
 4. **Redeliveries come first, one at a time.** The backend never hands out a later
    event while an earlier one is pending (``read`` contract). After a crash, the new
    owner gets the uncommitted window back, oldest first, and takes it one event per
@@ -34,6 +36,10 @@ An event delivered more than ``max_deliveries`` times without an acknowledgement
 consumer crashed or overran the ack deadline each time), or whose handler raised on
 ``max_deliveries`` attempts, is written to the dead letters with the reason (and the
 error) and the group moves on.
+So is a stored entry that is not an event Foundry can read (a foreign producer's,
+a corrupted row: ``Event.malformed`` says why), at once. A consumer whose threads die
+(a bug, a handler calling ``sys.exit``) leaves the group, so its partitions go to the
+other members, and says so in the log, the failures metric and ``Consumers.failures``.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from foundry.backends.stream import (
     StreamConfig,
     open_stream_backend,
 )
+from foundry.config import DEFAULT_WATCHDOG, safe_url
 from foundry.errors import (
     BackendError,
     BackendUnavailableError,
@@ -76,8 +83,12 @@ from foundry.errors import (
     PayloadTooLargeError,
     SubmitError,
 )
+from foundry.execute.asyncio_loop import CallerLoop
 from foundry.observe import names
 from foundry.observe.metrics import Registry
+from foundry.observe.stall import Target, UnitLike
+from foundry.observe.tracing import OFF, Tracing, messaging_system
+from foundry.retry import OUTAGE, Backoff
 from foundry.serialize import Codec, encode_error, get_codec
 
 __all__ = [
@@ -182,12 +193,13 @@ class _Group:
     handler: Handler
     is_async: bool
     name: str
+    watch: tuple[UnitLike, ...] = ()
 
 
 def _retry(stop: threading.Event, what: Callable[[], T], *, attempts: int | None = None) -> T:
     """Call ``what``, retrying while the backend is unavailable (bounded back-off), until
     ``stop`` is set (then the last error is raised)."""
-    delay = 0.05
+    pauses = OUTAGE.pauses()
     tries = 0
     while True:
         try:
@@ -196,8 +208,7 @@ def _retry(stop: threading.Event, what: Callable[[], T], *, attempts: int | None
             tries += 1
             if stop.is_set() or (attempts is not None and tries >= attempts):
                 raise
-            stop.wait(delay)
-            delay = min(delay * 2, 2.0)
+            stop.wait(next(pauses))
 
 
 class StreamRuntime:
@@ -212,9 +223,13 @@ class StreamRuntime:
         key_field: str | None = None,
         codec: str = "json",
         backend: StreamBackend | None = None,
+        watchdog: float | None = DEFAULT_WATCHDOG,
+        tracing: Tracing = OFF,
     ) -> None:
         self.config = config
-        self.url = url
+        self.tracing = tracing  # the app's OpenTelemetry switch: a span per publish and per handled event
+        self._url = url  # to connect with; ``url`` is what is shown
+        self.watchdog = watchdog  # threshold of the loop watchdog on async handlers' loops (None: off)
         self.name = config.name
         self.metrics = metrics or Registry()
         self.key_field = key_field
@@ -237,12 +252,20 @@ class StreamRuntime:
     # -- the backend -----------------------------------------------------------
 
     @property
+    def url(self) -> str:
+        """The log's URL with its secrets masked (``safe_url``)."""
+        return safe_url(self._url)
+
+    def __repr__(self) -> str:
+        return f"<StreamRuntime {self.name} on {self.url}>"
+
+    @property
     def backend(self) -> StreamBackend:
         with self._lock:
             if self._closed:
                 raise BackendError(f"stream {self.name!r} is closed. Fix: declare it again in a new app")
             if self._backend is None:
-                self._backend = open_stream_backend(self.url)
+                self._backend = open_stream_backend(self._url)
             if not self._ready:
                 self._backend.ensure_stream(self.config)
                 self._ready = True
@@ -250,7 +273,7 @@ class StreamRuntime:
 
     # -- publishing ------------------------------------------------------------
 
-    def _encode(self, event: Any, id: str | None, key: Any) -> NewEvent:
+    def _encode(self, event: Any, id: str | None, key: Any, trace: str | None = None) -> NewEvent:
         if id is None:
             id = uuid.uuid4().hex
         elif not isinstance(id, str) or not id or len(id) > 200:
@@ -283,7 +306,7 @@ class StreamRuntime:
                 f"stream {self.name!r}: the event encodes to {len(payload)} bytes, over the "
                 f"{MAX_PAYLOAD}-byte limit. Fix: publish a reference (a path, a URL, an id) instead"
             )
-        return NewEvent(id, payload, key)
+        return NewEvent(id, payload, key, trace)
 
     def publish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
         """Append one event; returns once the log stored it (or found its id)."""
@@ -300,7 +323,32 @@ class StreamRuntime:
     ) -> list[Published]:
         """Append events in order, in batches (one transaction / script / pipelined burst
         each). Every event is validated before any is sent: a bad one rejects the call
-        and nothing of it is stored."""
+        and nothing of it is stored. Traced, the call is one *send* span, whose context
+        every event of it carries."""
+        tracer = self.tracing.tracer()
+        if tracer is None:
+            return self._publish_many(events, ids, keys, None)
+        with tracer.send(f"send {self.name}", self._span_attributes("publish", "send")) as (span, trace):
+            out = self._publish_many(events, ids, keys, trace)
+            span.set_attribute("messaging.batch.message_count", len(out))
+            return out
+
+    def _span_attributes(self, operation: str, kind: str) -> dict[str, Any]:
+        return {
+            "messaging.system": messaging_system(self._url),
+            "messaging.destination.name": self.name,
+            "messaging.operation": operation,
+            "messaging.operation.type": kind,
+            "foundry.delivery": "stream",
+        }
+
+    def _publish_many(
+        self,
+        events: Iterable[Any],
+        ids: Sequence[str] | None,
+        keys: Sequence[Any] | None,
+        trace: str | None,
+    ) -> list[Published]:
         items = list(events)
         if ids is not None and len(ids) != len(items):
             raise SubmitError(
@@ -311,7 +359,7 @@ class StreamRuntime:
                 f"stream {self.name!r}: {len(keys)} keys for {len(items)} events. Fix: one key each"
             )
         encoded = [
-            self._encode(item, None if ids is None else ids[i], None if keys is None else keys[i])
+            self._encode(item, None if ids is None else ids[i], None if keys is None else keys[i], trace)
             for i, item in enumerate(items)
         ]
         backend = self.backend
@@ -334,7 +382,11 @@ class StreamRuntime:
 
     # -- consumers -------------------------------------------------------------
 
-    def add_group(self, handler: Handler, options: ConsumerOptions) -> None:
+    def add_group(
+        self, handler: Handler, options: ConsumerOptions, *, watch: Iterable[UnitLike] = ()
+    ) -> None:
+        """Consume with ``handler``; a loop stall is attributed to the handler, or to the
+        units in ``watch`` whose code it runs."""
         if options.group in self.groups:
             raise DeclarationError(
                 self.name,
@@ -350,6 +402,7 @@ class StreamRuntime:
             handler,
             inspect.iscoroutinefunction(handler),
             getattr(handler, "__qualname__", repr(handler)),
+            tuple(watch),
         )
 
     def _group(self, group: str) -> _Group:
@@ -397,12 +450,19 @@ class StreamRuntime:
         from foundry.errors import ResultTimeoutError
 
         chosen = list(self.groups) if groups is None else list(groups)
-        with self.run(chosen, consumers=consumers):
+        with self.run(chosen, consumers=consumers) as running:
             until = time.monotonic() + timeout
             while True:
                 behind = {g: sum(p.lag for p in self.lag(g)) for g in chosen}
                 if not any(behind.values()):
                     return
+                if running.failures and not running.alive:
+                    name, error = running.failures[0]
+                    raise BackendError(
+                        f"stream {self.name!r}: every consumer died before the groups caught up "
+                        f"({behind}); the first, {name}, on {type(error).__name__}: {error}. "
+                        "Fix: see the logged traceback"
+                    ) from error
                 if time.monotonic() > until:
                     raise ResultTimeoutError(
                         f"stream {self.name!r}: groups still behind after {timeout}s: {behind}. "
@@ -486,6 +546,12 @@ class Consumers:
     def alive(self) -> bool:
         return any(m.is_alive() for m in self.members)
 
+    @property
+    def failures(self) -> list[tuple[str, BaseException]]:
+        """``(consumer name, error)`` of each member that died (its partitions went to
+        the other members); empty while all are healthy or stopped by ``stop()``."""
+        return [(m.name, m.failure) for m in self.members if m.failure is not None]
+
     def __enter__(self) -> Consumers:
         return self
 
@@ -506,9 +572,31 @@ def _consumer_name(group: str) -> str:
     return f"{host}-{os.getpid()}-{n}-{uuid.uuid4().hex[:6]}-{group}"
 
 
+@dataclass
+class _Held:
+    """A batch of one partition paused on a failing event: it resumes at ``events[index]``
+    (attempt ``attempt``) once ``due`` (monotonic) has passed, while the consumer serves
+    its other partitions. The batch stays pending on the backend (the heartbeat extends
+    its deadline), so a crash meanwhile redelivers it. ``letter``: the event's dead letter
+    could not be written; resuming writes it before anything else."""
+
+    events: list[Event]
+    index: int
+    attempt: int
+    due: float
+    letter: tuple[Event, str, BaseException | None] | None = None
+
+
 class _Consumer:
     """One member of a group: a worker thread that handles its partitions in order and a
-    heartbeat thread that keeps its membership, leases and ack deadlines alive."""
+    heartbeat thread that keeps its membership, leases and ack deadlines alive.
+
+    The two live and die together: if either thread ends other than by ``stop()`` (a bug,
+    a handler calling ``sys.exit``, a backend refusing the group), the failure is logged,
+    counted (``foundry_stream_consumer_failures_total``) and kept in ``failure``; the
+    other thread stops and the consumer leaves the group and releases its leases, so
+    another member takes its partitions over instead of them being renewed for a dead
+    worker."""
 
     def __init__(self, runtime: StreamRuntime, spec: _Group) -> None:
         self.runtime = runtime
@@ -517,14 +605,17 @@ class _Consumer:
         self.group = spec.options.group
         self.name = _consumer_name(self.group)
         self.stopping = threading.Event()
+        self.failure: BaseException | None = None
         self.owned: set[int] = set()
         self.assigned: set[int] = set()
         self.busy: int | None = None
         self.busy_since = 0.0
+        self._held: dict[int, _Held] = {}
         self._recovering: set[int] = set()
         self._durations: list[float] = []
+        self._handled = 0
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: CallerLoop | None = None
         m = runtime.metrics
         labels = (runtime.name, self.group)
         self._consumed = m.counter(
@@ -542,6 +633,11 @@ class _Consumer:
         self._seconds = m.histogram(
             names.STREAM_HANDLER_SECONDS, "handler wall time per event", ("stream", "group")
         ).labels(*labels)
+        self._failed = m.counter(
+            names.STREAM_CONSUMER_FAILURES,
+            "consumer threads that ended on an error (their partitions go to other members)",
+            ("stream", "group"),
+        ).labels(*labels)
         self._worker = threading.Thread(target=self._work, name=f"foundry-stream-{self.name}", daemon=True)
         self._beat = threading.Thread(target=self._heartbeat, name=f"foundry-beat-{self.name}", daemon=True)
 
@@ -557,6 +653,27 @@ class _Consumer:
     def is_alive(self) -> bool:
         return self._worker.is_alive()
 
+    def _fail(self, exc: BaseException, thread: str) -> None:
+        """The ``thread`` ended on ``exc``: report it and stop the whole consumer."""
+        with self._lock:
+            first = self.failure is None
+            if first:
+                self.failure = exc
+        if first:
+            log.error(
+                "stream %s group %s: consumer %s died (%s thread: %s: %s); it leaves the group and "
+                "its partitions go to the other members. Fix: see the traceback below",
+                self.runtime.name,
+                self.group,
+                self.name,
+                thread,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self._failed.inc()
+        self.stopping.set()
+
     # -- coordination ----------------------------------------------------------
 
     @property
@@ -571,9 +688,11 @@ class _Consumer:
             partitions = self.runtime.config.partitions
             me = members.index(self.name) if self.name in members else 0
             assigned = {p for p in range(partitions) if p % max(1, len(members)) == me}
+            with self._lock:
+                holding = set(self._held)  # a paused batch keeps its partition until it is done
             owned = set()
             for p in sorted(self.owned | assigned):
-                if p in assigned or p == self.busy:
+                if p in assigned or p == self.busy or p in holding:
                     if backend.acquire(stream, self.group, p, self.name, session):
                         owned.add(p)
                 else:
@@ -589,40 +708,79 @@ class _Consumer:
 
     def _heartbeat(self) -> None:
         beat = min(self.options.session, self.options.ack_deadline) / 3
-        while not self.stopping.wait(beat):
-            self._coordinate()
-            busy = self.busy
-            timeout = self.options.timeout
-            if busy is not None and (timeout is None or time.monotonic() - self.busy_since < timeout):
-                with contextlib.suppress(BackendUnavailableError):
-                    self._backend.extend(
-                        self.runtime.name, self.group, busy, self.name, self.options.ack_deadline
-                    )
+        try:
+            while not self.stopping.wait(beat):
+                if not self._worker.is_alive():  # ended without saying why: never renew for it
+                    self._fail(RuntimeError("the worker thread ended"), "worker")
+                    break
+                self._coordinate()
+                self._extend()
+        except BaseException as exc:
+            self._fail(exc, "heartbeat")
         with contextlib.suppress(BackendError):
             self._backend.leave(self.runtime.name, self.group, self.name)
+
+    def _extend(self) -> None:
+        """Push back the ack deadline of what this consumer holds: the batch in hand
+        (unless its handler overran ``timeout``) and the batches paused for a retry."""
+        busy, timeout = self.busy, self.options.timeout
+        with self._lock:
+            partitions = set(self._held)
+        if busy is not None and (timeout is None or time.monotonic() - self.busy_since < timeout):
+            partitions.add(busy)
+        for p in sorted(partitions):
+            with contextlib.suppress(BackendUnavailableError):
+                self._backend.extend(self.runtime.name, self.group, p, self.name, self.options.ack_deadline)
 
     # -- the work --------------------------------------------------------------
 
     def _work(self) -> None:
         try:
-            while not self.stopping.is_set():
-                with self._lock:
-                    owned = sorted(self.owned)
-                if not owned:
-                    self.stopping.wait(min(self.options.poll, self.options.session / 3))
-                    continue
-                idle = True
-                for p in owned:
-                    if self.stopping.is_set() or p not in self.owned:
-                        continue
-                    wait = 0.0 if not idle else self.options.poll / len(owned)
-                    if self._one_batch(p, wait):
-                        idle = False
-        except Exception:
-            log.exception("stream %s group %s: consumer %s stopped", self.runtime.name, self.group, self.name)
+            self._serve()
+        except BaseException as exc:
+            self._fail(exc, "worker")
         finally:
+            with self._lock:
+                held, self._held = self._held, {}
+            for batch in held.values():  # stopped while paused: the events stay pending
+                self._in_flight.dec(len(batch.events))
             if self._loop is not None:
                 self._loop.close()
+
+    def _serve(self) -> None:
+        """Round-robin over the owned partitions: read and handle a batch of each, or
+        resume a paused one whose retry is due. Only the partition of a failing event
+        waits for its back-off; the others go on."""
+        poll = self.options.poll
+        while not self.stopping.is_set():
+            with self._lock:
+                owned = sorted(self.owned)
+                for p in [p for p in self._held if p not in self.owned]:
+                    # The lease went to another member: it gets these events redelivered.
+                    self._in_flight.dec(len(self._held.pop(p).events))
+                held = dict(self._held)
+            if not owned:
+                self.stopping.wait(min(poll, self.options.session / 3))
+                continue
+            readable = [p for p in owned if p not in held]
+            next_due = min((h.due for h in held.values()), default=math.inf)
+            progressed = False
+            for p in owned:
+                if self.stopping.is_set() or p not in self.owned:
+                    continue
+                batch = held.get(p)
+                if batch is not None:
+                    if batch.due <= time.monotonic():
+                        self._resume(p, batch)
+                        progressed = True
+                    continue
+                wait = 0.0
+                if not progressed:  # long-poll while idle, but not past a due retry
+                    wait = min(poll / len(readable), max(0.0, next_due - time.monotonic()))
+                if self._one_batch(p, wait):
+                    progressed = True
+            if not progressed and not readable:  # only paused partitions: sleep until one is due
+                self.stopping.wait(min(poll, max(0.0, next_due - time.monotonic())))
 
     def _one_batch(self, partition: int, wait: float) -> bool:
         backend, stream = self._backend, self.runtime.name
@@ -652,11 +810,15 @@ class _Consumer:
             else:
                 self._recovering.discard(partition)
             self._in_flight.inc(len(events))
-            try:
-                self._handle_batch(partition, events)
-            finally:
-                self._in_flight.dec(len(events))
+            self._advance(partition, _Held(events, 0, events[0].deliveries, 0.0))
             return True
+        finally:
+            self.busy = None
+
+    def _resume(self, partition: int, batch: _Held) -> None:
+        self.busy = partition
+        try:
+            self._advance(partition, batch)
         finally:
             self.busy = None
 
@@ -676,7 +838,9 @@ class _Consumer:
         except BackendError as exc:  # the group was moved (replay) under this batch
             log.info("stream %s group %s: commit ignored: %s", self.runtime.name, self.group, exc)
 
-    def _dead_letter(self, event: Event, reason: str, error: BaseException | None = None) -> None:
+    def _dead_letter(self, event: Event, reason: str, error: BaseException | None = None) -> bool:
+        """Record ``event`` as dead (which commits past it); ``False`` when the record
+        could not be written — then nothing may be committed past it."""
         record = None if error is None else json.dumps(encode_error(error))
         log.warning(
             "stream %s group %s: event %s (partition %d offset %d) dead-lettered: %s",
@@ -687,63 +851,130 @@ class _Consumer:
             event.offset,
             reason,
         )
-        with contextlib.suppress(BackendError):
+        try:
             _retry(
                 self.stopping,
                 lambda: self._backend.dead_letter(self.runtime.name, self.group, event, reason, record),
             )
+        except BackendError as exc:
+            log.warning(
+                "stream %s group %s: the dead letter of event %s (partition %d offset %d) could not be "
+                "written (%s); it stays pending and is tried again",
+                self.runtime.name,
+                self.group,
+                event.id,
+                event.partition,
+                event.offset,
+                exc,
+            )
+            return False
         self._dead.inc()
+        return True
 
-    def _handle_batch(self, partition: int, events: list[Event]) -> None:
+    def _gives_up(self, event: Event, attempt: int) -> tuple[str, BaseException | None] | None:
+        """Why ``event`` goes to the dead letters before its handler runs, if it does."""
+        if event.malformed is not None:  # no retry can make an entry Foundry's
+            return f"not an event Foundry can read: {event.malformed}", None
+        if attempt > self.options.max_deliveries:
+            return (
+                f"delivered {event.deliveries} times without an acknowledgement "
+                f"(max_deliveries={self.options.max_deliveries}): its consumer crashed, hung or overran "
+                f"the ack deadline ({self.options.ack_deadline:g}s) each time",
+                None,
+            )
+        return None
+
+    def _advance(self, partition: int, batch: _Held) -> None:
+        """Handle ``batch.events`` from ``batch.index`` on, strictly in order, and commit
+        what is done. A failing event with attempts left pauses the batch (``_held``)
+        until its back-off has passed; the events behind it wait, other partitions do not.
+        """
         limit = self.options.max_deliveries
+        events = batch.events
         done: int | None = None
-        handled = 0
-        for event in events:  # the whole batch, even when stopping: it is bounded
-            if event.deliveries > limit:
-                self._dead_letter(
-                    event,
-                    f"delivered {event.deliveries} times without an acknowledgement "
-                    f"(max_deliveries={limit}): its consumer crashed, hung or overran the ack deadline "
-                    f"({self.options.ack_deadline:g}s) each time",
-                )
+        attempt = batch.attempt
+        index = batch.index
+        pending_letter = batch.letter
+        try:
+            while index < len(events):
+                event = events[index]
+                letter: tuple[Event, str, BaseException | None] | None = pending_letter
+                pending_letter = None
+                if letter is None:
+                    given_up = self._gives_up(event, attempt)
+                    if given_up is not None:
+                        letter = (event, *given_up)
+                    else:
+                        data, problem = self._decode(event)
+                        if problem is not None:  # no retry can fix bytes that are not an event
+                            letter = (event, problem, None)
+                        else:
+                            error = self._call(event, data, attempt)
+                            if error is None:
+                                self._handled += 1
+                                done = event.offset
+                                index += 1
+                                attempt = events[index].deliveries if index < len(events) else 0
+                                continue
+                            if attempt >= limit:
+                                letter = (
+                                    dataclasses.replace(event, deliveries=attempt),
+                                    f"handler {self.spec.name} raised {type(error).__name__}: {error} "
+                                    f"(attempt {attempt} of max_deliveries={limit})",
+                                    error,
+                                )
+                            else:
+                                self._redelivered.inc()
+                                self._pause(partition, _Held(events, index, attempt + 1, 0.0), done, attempt)
+                                return
+                if not self._dead_letter(*letter):
+                    if self.stopping.is_set():
+                        break  # it stays pending: redelivered to whoever reads next
+                    self._pause(partition, _Held(events, index, attempt, 0.0, letter), done, attempt)
+                    return
                 done = event.offset
-                continue
-            data, problem = self._decode(event)
-            if problem is not None:  # no retry can fix bytes that are not an event
-                self._dead_letter(event, problem)
-                done = event.offset
-                continue
-            attempt = event.deliveries
-            while True:
-                error = self._call(event, data, attempt)
-                if error is None:
-                    handled += 1
-                    done = event.offset
-                    break
-                if attempt >= limit:
-                    self._dead_letter(
-                        dataclasses.replace(event, deliveries=attempt),
-                        f"handler {self.spec.name} raised {type(error).__name__}: {error} "
-                        f"(attempt {attempt} of max_deliveries={limit})",
-                        error,
-                    )
-                    done = event.offset
-                    break
-                if done is not None:  # keep what succeeded even if we crash while waiting
-                    self._commit(partition, done)
-                    done = None
-                self._redelivered.inc()
-                delay = min(self.options.retry_backoff * 2 ** (attempt - event.deliveries), 5.0)
-                if self.stopping.wait(delay):
-                    break
-                attempt += 1
-            if self.stopping.is_set() and done != event.offset:
-                break  # stopped while retrying: the failing event stays pending
-        if done is not None:
+                index += 1
+                attempt = events[index].deliveries if index < len(events) else 0
+            if done is not None:
+                self._commit(partition, done)
+            with self._lock:
+                self._held.pop(partition, None)
+            self._in_flight.dec(len(events))
+        except BaseException:
+            # A handler ended the thread (sys.exit): what it finished is not redone elsewhere.
+            if done is not None:
+                with contextlib.suppress(BackendError):
+                    self._backend.commit(self.runtime.name, self.group, partition, done)
+            raise
+        finally:
+            self._consumed.inc(self._handled)  # metrics once per batch, not per event
+            self._handled = 0
+            self._seconds.observe_many(self._durations)
+            self._durations.clear()
+
+    def _pause(self, partition: int, batch: _Held, done: int | None, failed_attempt: int) -> None:
+        """Hold ``batch`` until its back-off (``retry_backoff`` doubling per attempt of
+        this delivery, at most 5 s) has passed; commit what succeeded before it first."""
+        if done is not None:  # keep what succeeded even if we crash while paused
             self._commit(partition, done)
-        self._consumed.inc(handled)  # metrics once per batch, not per event
-        self._seconds.observe_many(self._durations)
-        self._durations.clear()
+        first = batch.events[batch.index].deliveries
+        # One partition waits alone, so no jitter: retry_backoff doubling per retry, ≤ 5 s.
+        policy = Backoff(self.options.retry_backoff, 5.0, jitter="none", owner=self.group)
+        delay = policy.delay(1 + max(0, failed_attempt - first))
+        batch.due = time.monotonic() + delay
+        with self._lock:
+            self._held[partition] = batch
+
+    def _new_loop(self) -> CallerLoop:
+        """This consumer's loop for an ``async def`` handler, watched unless the app's
+        ``watchdog`` setting is off (``loop="stream:<stream>/<group>"``)."""
+        spec = self.spec
+        return CallerLoop(
+            label=f"stream:{self.runtime.name}/{self.group}",
+            watchdog=self.runtime.watchdog,
+            registry=self.runtime.metrics,
+            units=(Target(spec.name, spec.handler), *spec.watch),
+        )
 
     def _decode(self, event: Event) -> tuple[Any, str | None]:
         try:
@@ -755,6 +986,25 @@ class _Consumer:
             )
 
     def _call(self, event: Event, data: Any, attempt: int) -> BaseException | None:
+        tracer = self.runtime.tracing.tracer()
+        if tracer is None:
+            return self._handle(event, data, attempt)
+        attributes = {
+            **self.runtime._span_attributes("process", "process"),
+            "messaging.consumer.group.name": self.group,
+            "messaging.message.id": event.id,
+            "messaging.destination.partition.id": str(event.partition),
+            "foundry.stream.offset": event.offset,
+            "foundry.stream.delivery": attempt,
+            "foundry.unit": self.spec.name,
+        }
+        with tracer.process(f"process {self.runtime.name}", event.trace, attributes) as span:
+            error = self._handle(event, data, attempt)
+            if error is not None:
+                tracer.failed(span, error)
+            return error
+
+    def _handle(self, event: Event, data: Any, attempt: int) -> BaseException | None:
         view = StreamEvent(event, self.group, data)
         view.deliveries = attempt
         self.busy_since = time.monotonic()
@@ -762,9 +1012,9 @@ class _Consumer:
         try:
             if self.spec.is_async:
                 if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
+                    self._loop = self._new_loop()
                 coro = self.spec.handler(view)
-                self._loop.run_until_complete(asyncio.wait_for(coro, self.options.timeout))
+                self._loop.run(asyncio.wait_for(coro, self.options.timeout))
             else:
                 self.spec.handler(view)
         except Exception as exc:
@@ -832,8 +1082,22 @@ class Idempotency:
             raise
         conn.execute("COMMIT")
 
+    @staticmethod
+    def _check_id(group: Any, event_id: Any) -> None:
+        if not isinstance(event_id, str) or not event_id or not isinstance(group, str):
+            raise SubmitError(
+                f"Idempotency: event id {event_id!r} (group {group!r}) cannot be recorded: an empty id "
+                "would make every other id-less event look applied already. Fix: pass the StreamEvent "
+                "your handler received (Foundry gives every event an id, derived from its stream, "
+                "partition and offset when its producer set none)"
+            )
+
     @contextlib.contextmanager
     def once(self, event: StreamEvent) -> Iterator[sqlite3.Connection | None]:
+        """Record ``event.id`` for ``event.group`` with your writes; ``None`` when it was
+        recorded before. An event without an id is refused (:class:`SubmitError`), never
+        treated as seen."""
+        self._check_id(event.group, event.id)
         with self._tx() as conn:
             fresh = conn.execute(
                 "INSERT OR IGNORE INTO foundry_handled VALUES (?,?,?)", (event.group, event.id, time.time())
@@ -841,6 +1105,7 @@ class Idempotency:
             yield conn if fresh else None
 
     def seen(self, group: str, event_id: str) -> bool:
+        self._check_id(group, event_id)
         row = (
             self._conn()
             .execute("SELECT 1 FROM foundry_handled WHERE grp=? AND id=?", (group, event_id))

@@ -14,37 +14,87 @@ exponential back-off and jitter while ``retries`` and ``retry_on`` allow, else t
 fails for good (its exception goes to the submitter); an unknown unit, an undecodable
 payload or a refused pickle goes to the dead-letter store with the reason.
 
+**A suspect runs alone.** A job whose previous delivery ended without an outcome (its
+worker died or hung while holding it: ``Claimed.suspect``) may be the one that killed
+that worker — or may merely have been beside it. So this worker runs it with nothing
+else: it gives back the jobs it holds but has not started, lets its running jobs finish
+and their completions be written, marks the delivery ``mark_alone`` in the store, runs
+it, writes its outcome, and only then starts anything else. If the worker dies now, the
+store charges this job alone; a healthy job that shared a worker with a poison job is
+never charged for it (see ``foundry.backends.queue.base``). Ordinary jobs pay nothing
+for this: no extra write, and completions stay batched.
+
+**Cancel a running job.** ``cancel`` of a running job records a request in the store
+(``foundry.backends.queue.base``); this worker's cancel watcher learns of it
+(``backend.cancel_requests``: woken by the engine's notification, at most a second late
+otherwise) and stops the work the way its model allows: an ``isolate=True`` job's child
+is killed; an ``async def`` job's task is cancelled; a job on a runner thread is asked
+to stop — :func:`foundry.execute.checkpoint` raises :class:`~foundry.errors.CancelledError`
+in it at its next call (a thread cannot be stopped from outside: one that never calls
+it runs to its end). A claimed job that has not started is not started. Whatever
+the work then does, the store ends the job ``cancelled``, once: never retried,
+never dead-lettered, and a result that arrives after the request is dropped.
+
+**No zombie.** Every thread of the worker (claimer, acknowledger, runners, heartbeat,
+cancel watcher) runs under a guard: an exception it cannot handle stops the whole
+worker, which gives back what it can, records :class:`~foundry.errors.WorkerFailedError`
+in ``failure`` and raises it from ``run()`` (``foundry worker`` exits non-zero) — a
+worker never looks healthy while one of its threads is dead. So does a backend whose
+own background task died (``backend.failure``), and, with ``burst``, a store that
+refuses writes (:class:`~foundry.errors.StorageError`: a full disk, a read-only file).
+
 ``stop(grace)`` (SIGTERM in ``foundry worker``): stop claiming, give back the jobs not
 started, let running ones finish within ``grace`` seconds, give back the rest for
-immediate redelivery. SIGKILL loses nothing: the leases lapse.
+immediate redelivery. ``hurry()`` (a second SIGTERM or Ctrl-C) ends the grace at once.
+SIGKILL loses nothing: the leases lapse.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
+import contextlib
 import functools
 import json
 import logging
 import os
-import random
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from foundry.backends.queue import Claimed, QueueBackend
+from foundry.backends.queue import Claimed, JobProgress, QueueBackend, check_queue_name
 from foundry.deliver.queue import QueueRuntime, queue_of, release_runtime, runtime_for
-from foundry.errors import BackendError, NotFoundError, SubmitError, WorkTimeoutError
+from foundry.errors import (
+    BackendError,
+    CancelledError,
+    NotFoundError,
+    RecordError,
+    StorageError,
+    SubmitError,
+    WorkerFailedError,
+    WorkTimeoutError,
+)
+from foundry.execute.progress import WRITE_EVERY, ProgressSink, reporting
+from foundry.execute.threads import Interrupt, interruptible
 from foundry.handle import Handle
 from foundry.observe import names
-from foundry.runtime import Runner, RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import encode_error, get_codec
+from foundry.observe.tracing import decision_attributes, messaging_system
+from foundry.payload import DEFAULT_MAX_PAYLOAD, RESULT_FIX, too_large
+from foundry.retry import Backoff
+from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
+from foundry.serialize import decode_call, encode_error, get_codec
 
-__all__ = ["JobEvent", "Worker", "backoff_delay"]
+if TYPE_CHECKING:
+    from foundry.execute.asyncio_loop import LoopThread
+    from foundry.execute.processes import ProcessRunner
+    from foundry.observe._otel import Tracer
+
+__all__ = ["JobEvent", "Worker"]
 
 log = logging.getLogger("foundry.queue.worker")
 
@@ -67,7 +117,7 @@ class AppLike(Protocol):
 class JobEvent:
     """What happened to a job in this worker (``Worker(on_event=...)``, the demo, logs)."""
 
-    kind: str  # started | succeeded | retry | failed | dead | released | lost | timeout
+    kind: str  # started | succeeded | retry | failed | dead | released | lost | timeout | alone | cancelled
     job_id: str
     unit: str
     queue: str
@@ -75,13 +125,6 @@ class JobEvent:
     attempt: int
     at: float
     detail: str = ""
-
-
-def backoff_delay(attempt: int, base: float, cap: float) -> float:
-    """Delay before retry number ``attempt + 1``: ``base · 2^attempt`` capped at ``cap``,
-    with "equal jitter" (uniform in the upper half) so retries of many jobs spread out."""
-    delay = min(cap, base * (2.0**attempt))
-    return random.uniform(delay / 2.0, delay)
 
 
 def _matches(retry_on: tuple[type[BaseException] | str, ...], exc: BaseException) -> bool:
@@ -106,25 +149,110 @@ class _Job:
     acking: bool = False  # finished; its completion waits for the ack thread (still leased)
     started: float | None = None
     child: Handle | None = None  # the job's run in a child process (cancel() kills it)
+    task: _AsyncRun | None = None  # an async job's run on the worker's loop (cancel() cancels it)
+    cancelled: bool = False  # its cancel was requested: stop it, and end it cancelled
+    interrupt: Interrupt = field(default_factory=Interrupt)  # checkpoint() raises in its thread once stopped
     lock: threading.Lock = field(default_factory=threading.Lock)
+    progress: JobProgress | None = None  # the latest foundry.progress() record, not yet written
+    progress_written: float = 0.0  # monotonic time of the last write of it
+    progress_lock: threading.Lock = field(default_factory=threading.Lock)  # one writer at a time, in order
+
+    def report(self, done: float, total: float | None, note: str) -> None:
+        """The job's progress sink: keep the latest record (the heartbeat thread writes it)."""
+        self.progress = JobProgress(done, total, note, time.time())
 
 
-class _Loop:
-    """One asyncio loop thread per worker for ``async def`` units."""
+class _AsyncRun:
+    """An ``async def`` job's task on the worker's loop. ``cancel()`` (from any thread)
+    cancels the task; ``future`` completes only once the coroutine has finished, its
+    ``finally`` blocks included, so a cancelled job is recorded after its work stopped."""
+
+    def __init__(
+        self,
+        loop: LoopThread,
+        coro: Coroutine[Any, Any, Any],
+        timeout: float | None,
+        sink: ProgressSink | None = None,
+    ) -> None:
+        self._loop = loop.loop
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+
+        async def run() -> Any:
+            if self._cancelled:  # cancelled before it started: it never starts
+                coro.close()
+                raise asyncio.CancelledError
+            self._task = asyncio.current_task()
+            with reporting(sink):  # this task's context: progress() in the job reaches the sink
+                return await (coro if timeout is None else asyncio.wait_for(coro, timeout))
+
+        self.future: cf.Future[Any] = loop.submit(run())
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs on it any more
+            self._loop.call_soon_threadsafe(self._cancel_task)
+
+    def _cancel_task(self) -> None:  # on the loop's thread, like run(): the two never race
+        if self._task is not None:
+            self._task.cancel()
+
+
+class _Gate:
+    """Who may run: any number of ordinary jobs together, or one suspect alone. A suspect
+    waiting to run alone stops new ordinary jobs from starting (they are given back)."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="foundry-worker-loop", daemon=True)
-        self.thread.start()
+        self.cond = threading.Condition()
+        self.running = 0  # ordinary jobs running now
+        self.alone = False  # a suspect runs now
+        self.waiting = 0  # suspects waiting for the others to finish
 
-    def run(self, coro: Any, timeout: float | None) -> Any:
-        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop).result()
+    @property
+    def closed(self) -> bool:
+        """Nothing new may be claimed or started beside what is running (a suspect's turn)."""
+        return self.alone or self.waiting > 0
 
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5.0)
-        if not self.thread.is_alive():
-            self.loop.close()
+    def enter(self) -> bool:
+        """An ordinary job starts (``False``: a suspect's turn; give the job back)."""
+        with self.cond:
+            if self.closed:
+                return False
+            self.running += 1
+            return True
+
+    def leave(self) -> None:
+        with self.cond:
+            self.running -= 1
+            self.cond.notify_all()
+
+    def enter_alone(self, stopping: threading.Event, patience: float) -> str:
+        """Wait until nothing else runs, then run alone: ``"alone"``. ``"stop"``: the worker
+        is stopping. ``"beside"``: the others still ran after ``patience`` seconds (a job
+        hung without a timeout must not stall the worker for good): run beside them, as
+        an ordinary job (uncharged if the worker dies; it stays a suspect)."""
+        deadline = time.monotonic() + patience
+        with self.cond:
+            self.waiting += 1
+            try:
+                while self.running or self.alone:
+                    if stopping.is_set():
+                        return "stop"
+                    if time.monotonic() >= deadline and not self.alone:
+                        self.running += 1
+                        return "beside"
+                    self.cond.wait(0.1)
+                if stopping.is_set():
+                    return "stop"
+                self.alone = True
+                return "alone"
+            finally:
+                self.waiting -= 1
+
+    def leave_alone(self) -> None:
+        with self.cond:
+            self.alone = False
+            self.cond.notify_all()
 
 
 class _QueueLoop:
@@ -148,10 +276,11 @@ class _QueueLoop:
 
     def start(self) -> None:
         name = f"foundry-worker-{self.queue}"
-        self.threads.append(threading.Thread(target=self._claim_loop, name=f"{name}-claim", daemon=True))
-        self.threads.append(threading.Thread(target=self._ack_loop, name=f"{name}-ack", daemon=True))
+        w = self.worker
+        self.threads.append(w.thread(f"{name}-claim", "claimer", self._claim_loop))
+        self.threads.append(w.thread(f"{name}-ack", "acknowledger", self._ack_loop))
         for i in range(self.concurrency):
-            self.threads.append(threading.Thread(target=self._run_loop, name=f"{name}-{i}", daemon=True))
+            self.threads.append(w.thread(f"{name}-{i}", "runner", self._run_loop))
         for t in self.threads:
             t.start()
 
@@ -162,10 +291,12 @@ class _QueueLoop:
         pause = 0.05
         while not w.stopping.is_set():
             with self.cond:
-                # Refill in batches: claim when a runner may be idle, or half the window is free.
+                # Refill in batches: claim when a runner may be idle, or half the window is free;
+                # never while a suspect waits to run alone (or runs).
                 while not w.stopping.is_set() and not (
                     len(self.held) < self.prefetch
                     and (not self.buffer or self.prefetch - len(self.held) >= self.prefetch // 2)
+                    and not w.gate.closed
                 ):
                     self.cond.wait(0.5)
                 room = self.prefetch - len(self.held)
@@ -173,6 +304,16 @@ class _QueueLoop:
                 break
             try:
                 got = w.backend.claim(self.queue, w.name, lease=w.lease, limit=room, timeout=w.poll)
+            except StorageError as exc:
+                if w.stopping.is_set():
+                    break
+                if w.burst:  # nothing will change by itself: say so and stop
+                    w.fail(WorkerFailedError(f"worker {w.name}: claim on queue {self.queue!r}: {exc}"))
+                    break
+                log.error("worker %s: claim on %r: %s; retrying in %.0fs", w.name, self.queue, exc, pause)
+                w.stopping.wait(pause)
+                pause = min(max(pause * 2, 1.0), 30.0)
+                continue
             except BackendError as exc:
                 if w.stopping.is_set():
                     break
@@ -191,7 +332,8 @@ class _QueueLoop:
                         self.held[claimed.id] = job
                         self.buffer.append(job)
                     self.work.notify(len(got))
-                if w.stopping.is_set():
+                w.claimed.set()  # the cancel watcher watches them too
+                if w.stopping.is_set() or w.gate.closed:
                     self.give_back_waiting()
                 elif len(got) < room:
                     # The queue ran dry mid-batch: jobs trickle in. Let the next few gather
@@ -249,10 +391,12 @@ class _QueueLoop:
                 self.acking = 0
                 self.ack_cond.notify_all()
 
-    def flush(self, timeout: float) -> None:
-        """Wait until every queued completion is written (or ``timeout``)."""
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued completion is written (``False``: ``timeout`` first)."""
         with self.ack_cond:
-            self.ack_cond.wait_for(lambda: not self.acks and not self.acking, timeout)
+            if self.acks:
+                self.ack_cond.notify_all()  # no need to wait for company: write them now
+            return self.ack_cond.wait_for(lambda: not self.acks and not self.acking, timeout)
 
     def _check_idle(self) -> None:
         with self.cond:
@@ -282,9 +426,7 @@ class _QueueLoop:
                 job = self.buffer.popleft()
             try:
                 if not job.lost:
-                    w.execute(job)
-            except BaseException:  # pragma: no cover - execute() records every outcome itself
-                log.exception("worker %s: job %s crashed the runner", w.name, job.claimed.id)
+                    w.start_job(job)
             finally:
                 self.done(job)
 
@@ -310,6 +452,22 @@ class _QueueLoop:
     def running(self) -> list[_Job]:
         with self.cond:
             return [j for j in self.held.values() if j.started is not None]
+
+    def watched(self) -> list[_Job]:
+        """The jobs held whose cancel the worker has still to learn of."""
+        with self.cond:
+            return [j for j in self.held.values() if not j.lost and not j.cancelled]
+
+    def unbuffer(self, job: _Job) -> bool:
+        """Take a job that has not started out of the buffer (``False``: a runner has it)."""
+        with self.cond:
+            try:
+                self.buffer.remove(job)
+            except ValueError:
+                return False
+            self.held.pop(job.claimed.id, None)
+            self.cond.notify()
+            return True
 
 
 class Worker:
@@ -361,6 +519,8 @@ class Worker:
             raise SubmitError(
                 f"worker: queues={plan!r} must name at least one queue, each with concurrency >= 1"
             )
+        for q in plan:
+            check_queue_name(q, "worker")
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = lease
         self.grace = grace
@@ -378,12 +538,21 @@ class Worker:
         self.wake = threading.Event()
         self._finished = threading.Event()
         self.hard = threading.Event()
-        self._async: _Loop | None = None
+        self._hurry = threading.Event()  # skip what is left of the grace period
+        self._stop_lock = threading.Lock()
+        self._stop_began = False
+        self.gate = _Gate()
+        self.failure: WorkerFailedError | None = None  # why the worker stopped by itself, if it did
+        self._async: LoopThread | None = None
         self._async_lock = threading.Lock()
         self._beat: threading.Thread | None = None
+        self._cancels: threading.Thread | None = None
+        self.claimed = threading.Event()  # jobs were claimed (the cancel watcher looks again)
         self._started = False
         self._specs: dict[str, UnitSpec] = {}
-        self._children: dict[str, Runner] = {}  # unit -> its processes-model runner
+        self._children: dict[str, ProcessRunner] = {}  # unit -> its processes-model runner
+        self._tracing = self.ctx.tracing
+        self._system = messaging_system(self.backend.url)
         m = self.ctx.metrics
         self._m_done = m.counter(names.UNIT_COMPLETED, "units completed", ("unit", "model"))
         self._m_failed = m.counter(names.UNIT_FAILED, "units failed", ("unit", "model"))
@@ -392,6 +561,9 @@ class Worker:
         self._m_retries = m.counter(names.JOB_RETRIES, "job retries scheduled", ("unit",))
         self._m_dead = m.counter(names.JOB_DEAD, "jobs moved to dead letters", ("unit",))
         self._m_redelivered = m.counter(names.JOB_REDELIVERIES, "jobs delivered more than once", ("unit",))
+        self._m_cancelled = m.counter(
+            names.JOB_CANCELLED, "jobs cancelled while a worker held them", ("unit",)
+        )
 
     @property
     def queues(self) -> list[str]:
@@ -405,13 +577,18 @@ class Worker:
         self._started = True
         for loop in self.loops:
             loop.start()
-        self._beat = threading.Thread(target=self._heartbeat, name="foundry-worker-beat", daemon=True)
+        if self._serves_async():
+            self._loop()  # now: its lag is on /metrics from the start, not from the first job
+        self._beat = self.thread("foundry-worker-beat", "heartbeat", self._heartbeat)
         self._beat.start()
+        self._cancels = self.thread("foundry-worker-cancels", "cancel watcher", self._watch_cancels)
+        self._cancels.start()
         return self
 
     def run(self, until: threading.Event | None = None) -> None:
         """Work until :meth:`stop`, ``until`` is set, or (``burst``) the queues are empty;
-        then stop gracefully."""
+        then stop gracefully. Raises :class:`WorkerFailedError` when the worker stopped
+        because a thread of its own failed (see ``failure``)."""
         self.start()
         while not self.stopping.is_set() and not (until is not None and until.is_set()):
             if self.burst and all(loop.idle for loop in self.loops):
@@ -419,11 +596,58 @@ class Worker:
             self.wake.wait(0.1)
             self.wake.clear()
         self.stop()
+        if self.failure is not None:
+            raise self.failure
+
+    def thread(self, name: str, role: str, target: Callable[[], None]) -> threading.Thread:
+        """A thread of this worker: if ``target`` raises, the worker stops (never a
+        worker that looks alive with a dead claimer, acknowledger or heartbeat)."""
+
+        def guarded() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self.fail(
+                    WorkerFailedError(
+                        f"worker {self.name}: its {role} thread {name!r} failed ({type(exc).__name__}: "
+                        f"{exc}); the worker stopped, giving back the jobs it could (the others' leases "
+                        "lapse and they are delivered again). Fix: a bug in Foundry or the unit, see the "
+                        "traceback logged above; restart the worker"
+                    ),
+                    exc,
+                )
+
+        return threading.Thread(target=guarded, name=name, daemon=True)
+
+    def fail(self, error: WorkerFailedError, cause: BaseException | None = None) -> None:
+        """Stop the worker because it cannot go on (the first reason is kept in ``failure``;
+        ``run()`` raises it after stopping)."""
+        if self.failure is None:
+            self.failure = error
+            if cause is not None:
+                error.__cause__ = cause
+            log.critical("%s", error, exc_info=cause)
+        self.stopping.set()
+        self.wake.set()
+
+    def hurry(self) -> None:
+        """End the grace period of a stop in progress (or the next one) now: jobs still
+        running are released for immediate redelivery, as on a hard stop. A second
+        SIGTERM or Ctrl-C to ``foundry worker`` calls this."""
+        self._hurry.set()
+        self.stopping.set()
+        self.wake.set()
 
     def stop(self, grace: float | None = None) -> None:
         """Stop claiming, release what has not started, give running jobs ``grace``
-        seconds, release the rest for immediate redelivery. Idempotent."""
-        if self._finished.is_set():
+        seconds (cut short by :meth:`hurry`), release the rest for immediate redelivery.
+        Idempotent; a second call waits for the first (``grace=0`` hurries it)."""
+        with self._stop_lock:
+            again, self._stop_began = self._stop_began, True
+        if again:
+            if grace is not None and grace <= 0:
+                self.hurry()
+            self._finished.wait(self.grace + self.poll + 30.0)
             return
         self.stopping.set()
         self.wake.set()
@@ -433,23 +657,28 @@ class Worker:
         for loop in self.loops:
             loop.give_back_waiting()
         deadline = time.monotonic() + (self.grace if grace is None else grace)
-        while time.monotonic() < deadline and any(loop.running() for loop in self.loops):
-            time.sleep(0.01)
+        while (
+            time.monotonic() < deadline
+            and not self._hurry.is_set()
+            and any(loop.running() for loop in self.loops)
+        ):
+            self._hurry.wait(0.01)
         for loop in self.loops:
             for job in loop.running():
                 self.give_back(job)
                 if job.child is not None:
                     job.child.cancel()
         for loop in self.loops:
-            loop.flush(max(1.0, deadline - time.monotonic()))
+            loop.flush(1.0 if self._hurry.is_set() else max(1.0, deadline - time.monotonic()))
         self.hard.set()
         for loop in self.loops:
             for t in loop.threads:
                 t.join(self.poll + 2.0 if t.name.endswith("-claim") else 0.1)
-        if self._beat is not None:
-            self._beat.join(2.0)
+        for helper in (self._beat, self._cancels):
+            if helper is not None:
+                helper.join(self.poll + 2.0)
         if self._async is not None:
-            self._async.close()
+            self._async.stop()
         for runner in self._children.values():
             runner.close(5.0)
         self._finished.set()
@@ -494,6 +723,9 @@ class Worker:
         last = time.monotonic()
         purged = last
         while not self.hard.wait(min(every, 0.05)):  # timeouts are checked often, leases every lease/3
+            broken = getattr(self.backend, "failure", None)  # the backend's own background task died
+            if isinstance(broken, BaseException):
+                self.fail(WorkerFailedError(f"worker {self.name}: the queue backend failed: {broken}"))
             now = time.monotonic()
             beat = now - last >= every
             if beat:
@@ -514,6 +746,7 @@ class Worker:
                     if c.timeout is not None and job.started is not None and now - job.started > c.timeout:
                         self._time_out(job)
                         continue
+                    self._write_progress(job, every=WRITE_EVERY)
                     if not beat:
                         continue
                     try:
@@ -525,6 +758,73 @@ class Worker:
                         job.stale = True
                         self._event("lost", c, "the lease was taken over or the job finished elsewhere")
 
+    def _watch_cancels(self) -> None:
+        """Learn of cancel requests for the jobs this worker holds, from any host, and stop
+        them (``_cancel``). One look blocks at most ``poll`` seconds (woken by the engine's
+        notification); a job claimed meanwhile is watched from the next look on."""
+        ask = getattr(self.backend, "cancel_requests", None)
+        if not callable(ask):  # an engine without it: a requested cancel lands when the delivery ends
+            return
+        pause = 0.05
+        while not self.hard.is_set():
+            held = {job.claimed.id: job for loop in self.loops for job in loop.watched()}
+            if not held:
+                self.claimed.wait(self.poll)
+                self.claimed.clear()
+                continue
+            try:
+                found = ask(list(held), timeout=self.poll)
+            except BackendError as exc:
+                if self.hard.is_set():
+                    return
+                log.warning("worker %s: looking for cancel requests failed (%s)", self.name, exc)
+                self.hard.wait(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            pause = 0.05
+            for job_id in found:
+                job = held.get(job_id)
+                if job is not None:
+                    self._cancel(job)
+
+    def _cancel(self, job: _Job) -> None:
+        """Stop a job whose cancel was requested, the way its model allows."""
+        c = job.claimed
+        job.cancelled = True
+        job.interrupt.stop(
+            CancelledError(
+                f"unit {c.unit!r}: job {c.id} was cancelled while it ran (delivery {c.deliveries}); "
+                "it ends cancelled and is not retried"
+            )
+        )
+        if job.started is None and job.queue.unbuffer(job):  # claimed, not started: never start it
+            self._write_cancelled(job)
+            return
+        self._stop_work(job)
+
+    @staticmethod
+    def _stop_work(job: _Job) -> None:
+        """Kill the child of an isolated job, cancel the task of an async one; a job on a
+        thread stops at its next ``checkpoint()`` (``job.interrupt`` is set)."""
+        child, task = job.child, job.task
+        if child is not None:
+            child.cancel()
+        if task is not None:
+            task.cancel()
+
+    def _write_cancelled(self, job: _Job, error: BaseException | None = None) -> None:
+        """Write the end of a job whose cancel was requested (the store makes it ``cancelled``)."""
+        if self._take(job):
+            self._end_cancelled(job, error)
+
+    def _end_cancelled(self, job: _Job, error: BaseException | None) -> None:
+        c = job.claimed
+        reason = error if error is not None else job.interrupt.error
+        data = json.dumps(encode_error(reason or CancelledError(f"job {c.id} was cancelled"))).encode()
+        if self.persist("cancellation", lambda: self.backend.fail(c.id, c.token, data)):
+            self._m_cancelled.labels(c.unit).inc()
+            self._event("cancelled", c, "its cancel was requested: it ends cancelled, not retried")
+
     def _time_out(self, job: _Job) -> None:
         """A running job past its timeout: kill its child, or (a thread cannot be
         stopped) fail the attempt now and discard the thread's late result."""
@@ -535,9 +835,11 @@ class Worker:
         error = WorkTimeoutError(
             f"unit {job.claimed.unit!r}: job {job.claimed.id} ran past its timeout of "
             f"{job.claimed.timeout}s; "
-            "the attempt was failed (the thread running it cannot be stopped and its result will be "
-            "discarded). Fix: raise timeout=, or declare isolate=True so a timeout kills the work"
+            "the attempt was failed (a thread cannot be stopped from outside: it stops at its next "
+            "foundry.execute.checkpoint(), and its result is discarded). Fix: raise timeout=, call "
+            "checkpoint() in long loops, or declare isolate=True so a timeout kills the work"
         )
+        job.interrupt.stop(error)
         try:
             spec: UnitSpec | None = self.ctx.lookup(job.claimed.unit)
         except (NotFoundError, KeyError):
@@ -595,42 +897,63 @@ class Worker:
             return None
 
     def _arguments(self, job: _Job, spec: UnitSpec) -> tuple[list[Any], dict[str, Any]] | None:
+        """The job's arguments, decoded with the codec the unit *declares* (never the one
+        the record names): a mismatch or an undecodable payload is dead-lettered with the
+        reason (both codec names, or what was wrong)."""
         c = job.claimed
-        if c.codec == "pickle" and spec.traits.codec != "pickle":
-            error = SubmitError(f"unit {c.unit!r} did not declare codec='pickle'")
-            self._dead(
-                job,
-                f"payload codec 'pickle' refused: unit {c.unit!r} did not declare codec='pickle', and "
-                "unpickling untrusted bytes runs code",
-                error,
-            )
-            return None
+        declared = spec.traits.codec
         try:
-            data = get_codec(c.codec).decode(c.payload)
-            args, kwargs = data["args"], data["kwargs"]
-            if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
-                raise TypeError(f"args is {type(args).__name__}, kwargs is {type(kwargs).__name__}")
-        except Exception as exc:
-            self._dead(
-                job,
-                f"undecodable payload ({c.codec}, {len(c.payload)} bytes): {type(exc).__name__}: {exc}; "
-                'expected {"args": [...], "kwargs": {...}} as written by submit()',
-                exc,
-            )
+            return decode_call(c.payload, c.codec, declared, unit=c.unit, what=f"job {c.id}'s arguments")
+        except RecordError as exc:
+            if c.codec != declared:
+                stored = c.codec if isinstance(c.codec, str) and len(c.codec) <= 40 else repr(c.codec)[:40]
+                danger = ", and unpickling untrusted bytes runs code" if c.codec == "pickle" else ""
+                reason = (
+                    f"payload codec {stored!r} refused: unit {c.unit!r} declares codec={declared!r}"
+                    f"{danger}; the job was submitted with another declaration of the unit, or written "
+                    "by someone who can write to the store"
+                )
+            else:
+                reason = f"undecodable payload: {exc}"
+            self._dead(job, reason, exc)
             return None
-        return list(args), dict(kwargs)
 
     def _invoke(self, job: _Job, spec: UnitSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
         c = job.claimed
         if spec.traits.isolate or spec.decision.execution == "processes":
-            handle = self._process_runner(spec).submit(tuple(args), kwargs, SubmitOptions(timeout=c.timeout))
+            handle = self._process_runner(spec).submit(
+                tuple(args), kwargs, SubmitOptions(timeout=c.timeout), on_progress=job.report
+            )
             job.child = handle
+            if job.cancelled:  # the request came while it was being handed to a child
+                self._stop_work(job)
             return handle.result()
         if spec.is_async:
-            return self._loop().run(spec.fn(*args, **kwargs), c.timeout)
-        return spec.fn(*args, **kwargs)
+            job.task = _AsyncRun(self._loop(), spec.fn(*args, **kwargs), c.timeout, job.report)
+            if job.cancelled:
+                self._stop_work(job)
+            return job.task.future.result()
+        with interruptible(job.interrupt), reporting(job.report):
+            return spec.fn(*args, **kwargs)
 
-    def _process_runner(self, spec: UnitSpec) -> Runner:
+    def _write_progress(self, job: _Job, *, every: float = 0.0) -> None:
+        """Write the job's latest progress record to the store, if it has a new one and the
+        last write is ``every`` seconds old (the heartbeat's throttle; 0 before its outcome)."""
+        if job.progress is None:
+            return
+        with job.progress_lock:
+            record, now = job.progress, time.monotonic()
+            if record is None or now - job.progress_written < every:
+                return
+            job.progress = None
+            job.progress_written = now
+            c = job.claimed
+            try:
+                self.backend.progress(c.id, c.token, record)
+            except BackendError as exc:  # advisory: the next record, or none, is written instead
+                log.warning("worker %s: progress of %s not written (%s)", self.name, c.id, exc)
+
+    def _process_runner(self, spec: UnitSpec) -> ProcessRunner:
         with self._async_lock:
             runner = self._children.get(spec.name)
             if runner is None:
@@ -639,11 +962,81 @@ class Worker:
                 runner = self._children[spec.name] = make_runner(spec, self.ctx)
             return runner
 
-    def _loop(self) -> _Loop:
+    def _loop(self) -> LoopThread:
+        """The worker's event loop for ``async def`` units, watched unless the app's
+        ``watchdog`` setting is off (``foundry_loop_lag_seconds{loop="worker"}``)."""
         with self._async_lock:
             if self._async is None:
-                self._async = _Loop()
+                from foundry.execute.asyncio_loop import LoopThread
+
+                specs = [self.ctx.lookup(name) for name in self.app.units]
+                self._async = LoopThread(
+                    "foundry-worker-loop",
+                    label="worker",
+                    watchdog=self.ctx.settings.watchdog,
+                    registry=self.ctx.metrics,
+                    units=[spec for spec in specs if spec.is_async],
+                )
             return self._async
+
+    def start_job(self, job: _Job) -> None:
+        """Run a job taken from the buffer: an ordinary one beside the others, a suspect
+        alone (see the module docstring); one that may not start now goes back."""
+        if job.claimed.suspect:
+            self._run_alone(job)
+        elif self.gate.enter():
+            try:
+                self.execute(job)
+            finally:
+                self.gate.leave()
+        else:
+            self.give_back(job)  # a suspect waits to run alone here: let another worker have it
+
+    def _run_alone(self, job: _Job) -> None:
+        c = job.claimed
+        how = self.gate.enter_alone(self.stopping, max(self.lease, 10.0))
+        if how == "stop":
+            self.give_back(job)
+            return
+        if how == "beside":
+            log.warning(
+                "worker %s: suspect job %s waited %.0fs for the jobs beside it to finish; it runs beside "
+                "them (a death now is not charged to it)",
+                self.name,
+                c.id,
+                max(self.lease, 10.0),
+            )
+            try:
+                self.execute(job)
+            finally:
+                self.gate.leave()
+            return
+        try:
+            for loop in self.loops:  # hold nothing else: what has not started goes back
+                loop.give_back_waiting()
+            for loop in self.loops:  # and what finished is acknowledged before it starts
+                loop.flush(self.lease)
+            marked = self.persist("mark alone", lambda: self.backend.mark_alone(c.id, c.token))
+            if not marked:
+                if marked is False and self._take(job):
+                    self._event("lost", c, "the lease was taken over before the job could run alone")
+                return
+            self._event("alone", c, "an earlier delivery ended without an outcome: it runs alone")
+            self.execute(job)
+            job.queue.flush(self.lease)  # its own outcome is written before anything else starts
+        finally:
+            self.gate.leave_alone()
+            for loop in self.loops:
+                with loop.cond:
+                    loop.cond.notify_all()  # the claimers may refill
+
+    def _serves_async(self) -> bool:
+        """Whether a unit this worker may run is ``async def`` (its loop starts with it)."""
+        served = set(self.queues)
+        return any(
+            unit.spec.is_async and unit.decision.delivery == "queue" and queue_of(unit.spec) in served
+            for unit in self.app.units.values()
+        )
 
     def execute(self, job: _Job) -> None:
         """Run one claimed job and record its outcome (never raises)."""
@@ -655,6 +1048,9 @@ class Worker:
         if decoded is None:
             return
         args, kwargs = decoded
+        if job.cancelled:  # its cancel came while it waited for a runner
+            self._write_cancelled(job)
+            return
         model = spec.decision.model
         if c.deliveries > 1 + c.attempts:
             self._m_redelivered.labels(c.unit).inc()
@@ -662,8 +1058,15 @@ class Worker:
         self._event("started", c)
         flight = self._m_flight.labels(c.unit, model)
         flight.inc()
+        tracer = self._tracing.tracer()
         try:
-            value = self._invoke(job, spec, args, kwargs)
+            try:
+                if tracer is None:
+                    value = self._invoke(job, spec, args, kwargs)
+                else:
+                    value = self._traced(tracer, job, spec, args, kwargs)
+            finally:
+                self._write_progress(job)  # the last record, before the outcome ends the delivery
         except BaseException as exc:
             exc = self._as_timeout(job, spec, exc)
             self._record_failure(job, exc, spec)
@@ -672,6 +1075,26 @@ class Worker:
         finally:
             flight.dec()
             self._m_duration.labels(c.unit, model).observe(time.monotonic() - job.started)
+
+    def _traced(
+        self, tracer: Tracer, job: _Job, spec: UnitSpec, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """:meth:`_invoke` in a *process* span, child of the context the job was submitted
+        in (after a *wait* span for its time in the queue, on its first delivery)."""
+        c = job.claimed
+        attributes = {
+            **decision_attributes(c.unit, spec.decision),
+            "messaging.system": self._system,
+            "messaging.destination.name": c.queue,
+            "messaging.message.id": c.id,
+            "foundry.job.delivery": c.deliveries,
+            "foundry.job.attempt": c.attempts + 1,
+        }
+        if c.deliveries == 1:
+            tracer.waited(f"wait {c.unit}", c.trace, c.enqueued_at, attributes)
+        attributes["messaging.operation"] = attributes["messaging.operation.type"] = "process"
+        with tracer.process(f"process {c.unit}", c.trace, attributes):
+            return self._invoke(job, spec, args, kwargs)
 
     @staticmethod
     def _as_timeout(job: _Job, spec: UnitSpec, exc: BaseException) -> BaseException:
@@ -692,9 +1115,28 @@ class Worker:
     def _record_success(self, job: _Job, spec: UnitSpec, value: Any) -> None:
         c = job.claimed
         try:
-            data = get_codec(c.codec).encode(value, unit=c.unit, what="the result")
-        except SubmitError as exc:
+            data = get_codec(spec.traits.codec).encode(value, unit=c.unit, what="the result")
+            limit = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
+            if len(data) > limit:
+                raise too_large(
+                    f"unit {c.unit!r}",
+                    f"the result of job {c.id}",
+                    len(data),
+                    limit,
+                    stored="the job failed and the result was not stored",
+                    fix=RESULT_FIX,
+                )
+        except SubmitError as exc:  # (PayloadTooLargeError too): not worth a retry
             self._record_failure(job, exc, spec, retry=False)
+            return
+        except Exception as exc:  # a unit's value must never stop the runner thread (and the worker)
+            error = SubmitError(
+                f"unit {c.unit!r}: the result of job {c.id} cannot be encoded with codec="
+                f"{spec.traits.codec!r} ({type(exc).__name__}: {str(exc)[:200]}). Fix: return plain data "
+                "(str, int, float, bool, None, list, dict), or a reference to where the data is"
+            )
+            error.__cause__ = exc
+            self._record_failure(job, error, spec, retry=False)
             return
         if not self._take(job):
             return  # released on stop, or timed out: its outcome is no longer ours to write
@@ -705,8 +1147,15 @@ class Worker:
         if written:
             self._m_done.labels(c.unit, model).inc()
             self._event("succeeded", c)
+        elif written is False and job.cancelled:
+            self._m_cancelled.labels(c.unit).inc()
+            self._event("cancelled", c, "it finished after its cancel was requested: its result was dropped")
         elif written is False:
-            self._event("lost", c, "a completion was already recorded; this one was dropped")
+            self._event(
+                "lost",
+                c,
+                "a completion was already recorded (or its cancel was requested); this one was dropped",
+            )
 
     def _record_failure(
         self, job: _Job, exc: BaseException, spec: UnitSpec | None, *, retry: bool = True
@@ -718,13 +1167,22 @@ class Worker:
         self, job: _Job, exc: BaseException, spec: UnitSpec | None, *, retry: bool = True
     ) -> None:
         c = job.claimed
+        if job.cancelled:  # however it ended, it ends cancelled (the store would make it so anyway)
+            # an async job's task, a future cancelled -- not our CancelledError (also a
+            # cf.CancelledError), whose message says how the job was stopped
+            stopped = isinstance(exc, cf.CancelledError | asyncio.CancelledError) and not isinstance(
+                exc, CancelledError
+            )
+            self._end_cancelled(job, None if stopped else exc)
+            return
         retry_on: tuple[type[BaseException] | str, ...] = spec.traits.retry_on if spec else ()
         base = (spec.traits.backoff if spec and spec.traits.backoff is not None else None) or self.backoff
         data = json.dumps(encode_error(exc)).encode()
         model = spec.decision.model if spec else "queue"
         detail = f"{type(exc).__name__}: {exc}"
         if retry and c.attempts < c.max_retries and _matches(retry_on, exc):
-            delay = backoff_delay(c.attempts, base, self.max_backoff)
+            # retry number attempts+1: base · 2^attempts, capped, jittered in its upper half
+            delay = Backoff(base, self.max_backoff, owner=c.unit).delay(c.attempts + 1)
             at = time.time() + delay
             if self.persist("retry", lambda: self.backend.fail(c.id, c.token, data, retry_at=at)):
                 self._m_retries.labels(c.unit).inc()

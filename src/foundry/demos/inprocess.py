@@ -1,6 +1,6 @@
 """`foundry demo` — the in-process models on seed 003's examples.
 
-1. The 40-line CSV import, sequentially (its decision: the work is small).
+1. The 40-line CSV import, sequentially (its decision: nothing in flight to overlap).
 2. The payments handler on the event loop — its 35 ms signing phase inline (the
    watchdog catches it, names ``sign_body`` and proposes the new decision) and on a
    bounded pool — with a health check arriving as the first signature starts, and
@@ -149,7 +149,8 @@ def build_units(app: Foundry) -> Units:
     """Declare the demo's units on ``app`` (the seeds' traits and bodies)."""
     import_csv = app.work(est="30ms", items=40, bound="io", name="import_csv")(seeds.import_csv.fn)
 
-    sign = app.work(est="35ms", bound="cpu", concurrency=2, name="sign")(sign_body)
+    # hashlib over a large block releases the GIL, like RSA in `cryptography`: threads use cores
+    sign = app.work(est="35ms", bound="cpu", concurrency=2, releases_gil=True, name="sign")(sign_body)
 
     @app.work(est="40ms", bound="io", concurrency=300, rate="300/s", latency="50ms", name="handle_payment")
     async def handle_payment(payment: dict[str, Any]) -> dict[str, Any]:

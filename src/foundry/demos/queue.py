@@ -13,6 +13,7 @@ from rich.table import Table
 
 from foundry.app import Foundry
 from foundry.backends.queue import open_queue_backend
+from foundry.config import safe_url
 from foundry.deliver.worker import JobEvent, Worker
 from foundry.observe import names
 
@@ -60,7 +61,8 @@ def run(console: Console) -> None:
     finally:
         worker.stop()
     _history(console, events, t0)
-    backend = open_queue_backend(app.settings.queue)  # what any other process would read
+    # what any other process would read
+    backend = open_queue_backend(app.settings.queue, home=app.settings.home)
     try:
         record = backend.get(handles[0].id)
     finally:
@@ -86,8 +88,8 @@ def run(console: Console) -> None:
         )
     )
     console.print(
-        f"[dim]the queue file: {app.settings.queue} · inspect it with `foundry jobs list --url "
-        f"{app.settings.queue}` · run workers with `foundry worker MODULE:app`[/dim]"
+        f"[dim]the queue: {safe_url(app.settings.queue)} · inspect it with `foundry jobs list --url "
+        f"{safe_url(app.settings.queue)}` · run workers with `foundry worker MODULE:app`[/dim]"
     )
     app.close()
 

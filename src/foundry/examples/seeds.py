@@ -8,14 +8,18 @@ Seed 003's candidates:
 
 - ``import_csv``     a 40-line CSV import script          -> direct/sequential
 - ``handle_payment`` a payments handler, four upstreams   -> direct/async,
-                     its 35 ms RSA signing phase          -> direct/bounded_pool
+                     its 35 ms RSA signing phase          -> direct/processes (pure-Python
+                     signing under the GIL; 300/s × 35 ms is 10.5 cores: saturation warns
+                     on a host with fewer)
 - ``transcode``      ffmpeg, 90 s per job                 -> queue/processes
 
 Seed 000's systems:
 
 - ``deploy_config``  a user-triggered background task     -> queue
-- ``signaling``      events with several consumers        -> stream
-- ``sign_document``  signature processing, idempotent     -> pool
+- ``signaling``      events with several consumers        -> stream (one event in flight
+                     per partition: the load sizes the partitions)
+- ``sign_document``  signature processing, idempotent     -> pool (process workers: it
+                     computes in pure Python)
 - ``provision``      multi-step with compensation         -> workflow
 - ``save_file``      a file save with the user present    -> direct
 """
@@ -71,6 +75,8 @@ def sign_body(body: bytes, rounds: int = 20_000) -> str:
     concurrency=300,
     rate="300/s",
     latency="50ms",
+    max_pending=300,
+    overflow="reject",  # past 300 waiting, shed load (a 503) rather than queue past the budget
     phases={"sign": {"est": "35ms", "bound": "cpu"}},
 )
 async def handle_payment(payment: dict[str, Any]) -> dict[str, Any]:

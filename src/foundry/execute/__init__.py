@@ -13,6 +13,11 @@ channels       bounded message-passing pipelines (:mod:`foundry.execute.channels
 parallel       partition → map → merge on processes (:mod:`foundry.execute.parallel`)
 ============== ==========================================================================
 
+A unit that declares ``ordered=True`` with a ``key`` runs on the same model inside
+per-key lanes (:mod:`foundry.execute.lanes`): one unit per key at a time, in submission
+order, different keys at once. Sequential keeps that order by running one at a time;
+parallel restores input order at the join.
+
 Runners are imported when first needed, so ``import foundry.execute`` starts nothing
 and imports no model (the sequential model's tripwire test relies on it).
 """
@@ -22,6 +27,8 @@ from __future__ import annotations
 import importlib
 import logging
 from typing import TYPE_CHECKING, Any
+
+from foundry.decide.advice import LANE_MODELS
 
 if TYPE_CHECKING:
     from foundry.execute.structured import Scope
@@ -77,12 +84,18 @@ def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> Runner:
         )
         module = importlib.import_module(_MODULES["sequential"])
     runner: Runner = module.make_runner(spec, ctx)
+    traits = spec.traits
+    if traits.ordered and traits.key and execution in LANE_MODELS and hasattr(runner, "try_submit"):
+        from foundry.execute.lanes import KeyedRunner
+
+        runner = KeyedRunner(runner, spec, ctx)  # type: ignore[arg-type]
     return runner
 
 
 def checkpoint() -> None:
-    """Raise in a unit running on ``threads``/``bounded_pool`` that was cancelled or timed
-    out; a no-op elsewhere. Call it between steps of long work."""
+    """Raise in a unit running on ``threads``/``bounded_pool``, or in a durable job on a
+    queue worker's thread, that was cancelled or timed out; a no-op elsewhere. Call it
+    between steps of long work."""
     from foundry.execute.threads import checkpoint as pool_checkpoint
 
     pool_checkpoint()

@@ -13,9 +13,18 @@
 **Which loop.** Async callers run the work on their own running loop (so it can use the
 caller's connections and context); sync callers use one managed loop per process in a
 daemon thread (``uvloop`` when it is installed), started on first use and stopped when
-the last runner that used it closes.
+the last runner that used it closes. ``foundry.loop()`` is the public handle on it (and
+keeps it for the life of the process).
 
-**Permits.** At most ``concurrency`` units of a unit run at once (default 100), across
+**Watched.** The managed loop runs a loop-lag monitor and the starvation watchdog
+(``foundry.observe.watchdog``) unless the app's ``watchdog`` setting is off: its lag is
+``foundry_loop_lag_seconds{loop="foundry"}`` in the registry of every app whose async
+units ran on it, and a stall names the unit whose code held the loop. It is one loop
+for the process: watched as soon as one app that uses it wants it watched.
+
+**Permits.** At most ``workers`` units of a unit run at once — else the permits the
+decision sized from the load (``decision.load.concurrency``), else ``concurrency``,
+else 100 — across
 every loop that submits them. ``await unit(x)`` with a free permit runs the coroutine
 inline in the caller's task — no extra task, no future — which is what makes the model
 cost about as much as ``asyncio.Semaphore`` + ``gather``. Waiters get permits in FIFO
@@ -48,13 +57,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundry.errors import CancelledError, OverloadError, PoolDeadlockError, SubmitError, WorkTimeoutError
 from foundry.execute._task import QUEUED, SUCCEEDED, Task
@@ -67,9 +77,15 @@ from foundry.execute.instrument import (
     forget,
 )
 from foundry.handle import Handle
+from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
-__all__ = ["AsyncRunner", "LoopThread", "make_runner", "managed_loop"]
+if TYPE_CHECKING:
+    from foundry.observe.watchdog import LoopMonitor, StallReport, UnitLike, Watchdog
+
+__all__ = ["AsyncRunner", "CallerLoop", "LoopThread", "make_runner", "managed_loop"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("foundry.execute")
 
@@ -93,15 +109,34 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class LoopThread:
-    """An event loop running forever in a daemon thread."""
+    """An event loop running forever in a daemon thread, watched.
 
-    def __init__(self, name: str = "foundry-loop") -> None:
+    ``foundry.loop()`` returns the process's managed one: ``.loop`` is the running
+    ``asyncio`` loop, ``.run(coro)`` / ``.submit(coro)`` run a coroutine on it from any
+    other thread, and ``.watchdog`` / ``.monitor`` / ``.lag()`` / ``.reports`` are its
+    loop-lag monitor and starvation watchdog (``None`` / empty when the watchdog is off).
+    """
+
+    def __init__(
+        self,
+        name: str = "foundry-loop",
+        *,
+        label: str = "foundry",
+        watchdog: float | None = None,
+        registry: Registry | None = None,
+        units: Iterable[UnitLike] = (),
+    ) -> None:
         self.name = name
+        self.label = label  # the loop= label of its metrics
         self.loop = new_event_loop()
+        self.watchdog: Watchdog | None = None
+        self._lock = threading.Lock()
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
         self._ready.wait(10.0)
+        if watchdog is not None:
+            self.watch(watchdog, registry=registry, units=units)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -109,9 +144,63 @@ class LoopThread:
         try:
             self.loop.run_forever()
         finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
             with contextlib.suppress(Exception):
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
+
+    # -- the watchdog -----------------------------------------------------------------------
+
+    def watch(
+        self, threshold: float, *, registry: Registry | None = None, units: Iterable[UnitLike] = ()
+    ) -> Watchdog:
+        """Start the watchdog (when it is not running yet, with ``threshold``), show its
+        series in ``registry`` and attribute stalls to ``units``."""
+        from foundry.observe.watchdog import Watchdog
+
+        with self._lock:
+            dog = self.watchdog
+            if dog is None:
+                dog = Watchdog(self.loop, registry=registry, name=self.label, threshold=threshold)
+                self.watchdog = dog.start()
+        dog.watch(*units)
+        if registry is not None:
+            dog.export(registry)
+        return dog
+
+    @property
+    def monitor(self) -> LoopMonitor | None:
+        """The loop-lag monitor (``None`` when the watchdog is off)."""
+        return None if self.watchdog is None else self.watchdog.monitor
+
+    def lag(self) -> dict[str, float]:
+        """Loop lag so far: ``{"count", "sum", "p50", "p99", "max"}`` in seconds
+        (empty when the watchdog is off)."""
+        return {} if self.watchdog is None else self.watchdog.monitor.summary()
+
+    @property
+    def reports(self) -> list[StallReport]:
+        """The watchdog's recent stall reports, oldest first."""
+        return [] if self.watchdog is None else list(self.watchdog.reports)
+
+    # -- running coroutines on it ----------------------------------------------------------
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop from another thread; its future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (from another thread). With
+        ``timeout`` the coroutine is cancelled when it runs longer (``TimeoutError``)."""
+        if _running_loop() is self.loop:
+            coro.close()
+            raise PoolDeadlockError(
+                f"{self.name}: run() was called on the loop's own thread, which would wait for "
+                "work that can only run once it returns. Fix: `await` the coroutine instead"
+            )
+        work = coro if timeout is None else asyncio.wait_for(coro, timeout)
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.loop.is_closed():
@@ -134,19 +223,69 @@ class LoopThread:
 
         self.loop.create_task(settle())
 
+    def __repr__(self) -> str:
+        state = "closed" if self.loop.is_closed() else "running" if self.loop.is_running() else "starting"
+        watched = "off" if self.watchdog is None else f"{self.watchdog.threshold * 1e3:.0f} ms"
+        return f"<LoopThread {self.name!r} {state}, watchdog {watched}>"
+
+
+class CallerLoop:
+    """An event loop that its owner thread runs one coroutine at a time
+    (``run_until_complete``: a stream consumer's thread for its ``async def`` handler),
+    watched while it runs — the time it sits stopped between calls is not lag."""
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        watchdog: float | None,
+        registry: Registry | None = None,
+        units: Iterable[UnitLike] = (),
+    ) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.watchdog: Watchdog | None = None
+        if watchdog is not None:
+            from foundry.observe.watchdog import Watchdog
+
+            dog = Watchdog(self.loop, registry=registry, name=label, threshold=watchdog, units=units)
+            self.watchdog = dog.start(paused=True)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        dog = self.watchdog
+        if dog is None:
+            return self.loop.run_until_complete(coro)
+        dog.resume()
+        try:
+            return self.loop.run_until_complete(coro)
+        finally:
+            dog.pause()
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.loop.close()
+
 
 _managed: LoopThread | None = None
 _managed_users = 0
+_managed_pinned = False
 _managed_lock = threading.Lock()
 
 
-def managed_loop() -> LoopThread:
-    """The process's managed loop (started on first use; one user more until released)."""
-    global _managed, _managed_users
+def managed_loop(*, pin: bool = False) -> LoopThread:
+    """The process's managed loop (started on first use; one user more until released,
+    or for the life of the process with ``pin``)."""
+    global _managed, _managed_users, _managed_pinned
     with _managed_lock:
         if _managed is None or _managed.loop.is_closed() or not _managed.thread.is_alive():
             _managed = LoopThread()
-        _managed_users += 1
+            _managed_pinned = False
+        if pin:
+            if not _managed_pinned:
+                _managed_pinned = True
+                _managed_users += 1
+        else:
+            _managed_users += 1
         return _managed
 
 
@@ -236,7 +375,9 @@ class AsyncRunner:
         self.name = spec.name
         self.fn = spec.fn
         self.is_coroutine = spec.is_async
-        self.permits = traits.concurrency or traits.workers or DEFAULT_PERMITS
+        self.permits = (
+            traits.workers or spec.decision.load.concurrency or traits.concurrency or DEFAULT_PERMITS
+        )
         self.max_pending = traits.max_pending or PENDING_PER_PERMIT * self.permits
         self.overflow = traits.overflow
         self.block_timeout = traits.latency if traits.latency is not None else DEFAULT_BLOCK_TIMEOUT
@@ -254,6 +395,8 @@ class AsyncRunner:
         self._closed = False
         self._managed: LoopThread | None = None
         self._managed_lock = threading.Lock()
+        self._watchdog = ctx.settings.watchdog
+        self._registry = ctx.metrics
         self._warned_thread_timeout = False
         self._ids = IdMaker("aio")
         self.metrics = UnitMetrics(ctx.metrics, spec.name, MODEL, in_flight=lambda: float(self._running))
@@ -454,6 +597,8 @@ class AsyncRunner:
         with self._managed_lock:
             if self._managed is None:
                 self._managed = managed_loop()
+                if self._watchdog is not None:  # the app's setting (on by default)
+                    self._managed.watch(self._watchdog, registry=self._registry, units=[self.spec])
             loop_thread = self._managed
         return loop_thread.loop, loop_thread.thread.ident or 0
 
@@ -476,6 +621,16 @@ class AsyncRunner:
                 "Fix: `await unit.asubmit(...)`, which waits for room without blocking the loop"
             )
         return self._blocking_submit(task, target)
+
+    def try_submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions
+    ) -> Handle | None:
+        """Accept without blocking (on the caller's loop, else the managed one); ``None``
+        when permits and intake are full (per-key lanes)."""
+        task = self._task(args, kwargs, options)
+        if not self._try_accept(task, self._target_loop()):
+            return None
+        return Handle(self._ids(), self.name, task)
 
     def _caller_runs(self, task: AsyncTask) -> Handle:
         task.start()

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import inspect
 import logging
 import threading
@@ -55,10 +56,12 @@ from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from foundry.config import DEFAULT_WATCHDOG
 from foundry.errors import (
     CancelledError,
     ChannelClosedError,
     ChannelError,
+    ChannelFullError,
     DeclarationError,
     SubmitError,
     WorkTimeoutError,
@@ -129,6 +132,8 @@ class Pipeline:
     send_timeout: float | None = 60.0
     """How long a stage waits on a full downstream channel before failing that item."""
     stages: tuple[Stage, ...] = ()
+    watchdog: float | None = field(default=DEFAULT_WATCHDOG, compare=False)
+    """The loop watchdog's threshold on the loop of ``async def`` stages (``None``: off)."""
 
     def stage(
         self,
@@ -158,7 +163,7 @@ class Pipeline:
         while unique in taken:
             unique, n = f"{base}#{n}", n + 1
         new = Stage(fn, unique, concurrency, buffer, timeout, _is_async(fn))
-        return Pipeline(self.source, self.name, self.metrics, self.send_timeout, (*self.stages, new))
+        return dataclasses.replace(self, stages=(*self.stages, new))
 
     @property
     def capacity(self) -> int:
@@ -308,7 +313,7 @@ class PipelineRun:
             stage = pipeline.stages[index]
             if stage.is_async:
                 if self._loop is None:
-                    self._loop = LoopThread(f"foundry-{self.name}-loop")
+                    self._loop = self._new_loop(pipeline, registry)
                 coro = self._async_worker(index, rx, tx)
                 self._tasks.append(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
             else:
@@ -320,6 +325,20 @@ class PipelineRun:
                 )
                 self._threads.append(thread)
                 thread.start()
+
+    def _new_loop(self, pipeline: Pipeline, registry: Registry) -> LoopThread:
+        """The loop of the async stages, watched unless ``pipeline.watchdog`` is off
+        (``foundry_loop_lag_seconds{loop="channels:<pipeline>"}``; a stall names the stage)."""
+        from foundry.observe.stall import Target
+
+        stages = [Target(pipeline.name, s.fn, phase=s.name) for s in pipeline.stages if s.is_async]
+        return LoopThread(
+            f"foundry-{self.name}-loop",
+            label=f"channels:{self.name}",
+            watchdog=pipeline.watchdog,
+            registry=registry,
+            units=stages,
+        )
 
     # -- intake -------------------------------------------------------------
 
@@ -350,6 +369,15 @@ class PipelineRun:
         :class:`~foundry.errors.ChannelFullError` and the item is not accepted.
         ``timeout`` is the item's own deadline, checked at every stage boundary."""
         return self._submit(value, timeout, wait)[0]
+
+    def try_submit(self, value: Any, *, timeout: float | None = None) -> Handle | None:
+        """Feed one item if the first stage has room now; ``None`` when it is full."""
+        item = self._new_item(value, timeout)
+        try:
+            self._intake.send_nowait(item)
+        except ChannelFullError:
+            return None
+        return self._accepted(item)
 
     async def asubmit(self, value: Any, *, timeout: float | None = None, wait: float | None = None) -> Handle:
         """``submit`` from async code: waits for room without blocking the loop."""
@@ -602,9 +630,11 @@ def _is_builder(fn: Callable[..., Any]) -> bool:
     return isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "Pipeline"
 
 
-def build_pipeline(spec: UnitSpec, metrics: Registry | None) -> tuple[Pipeline, str | None]:
+def build_pipeline(
+    spec: UnitSpec, metrics: Registry | None, watchdog: float | None = DEFAULT_WATCHDOG
+) -> tuple[Pipeline, str | None]:
     """The unit's pipeline and a note saying how it was made."""
-    base = Pipeline(name=spec.name, metrics=metrics)
+    base = Pipeline(name=spec.name, metrics=metrics, watchdog=watchdog)
     traits = spec.traits
     if _is_builder(spec.fn):
         built = spec.fn(base)
@@ -625,7 +655,7 @@ def build_pipeline(spec: UnitSpec, metrics: Registry | None) -> tuple[Pipeline, 
                 f"declare stages={len(built.stages)}, or leave stages= out",
             )
         return built, None
-    concurrency = traits.concurrency or 1
+    concurrency = traits.workers or spec.decision.load.concurrency or traits.concurrency or 1
     single = base.stage(spec.fn, concurrency=concurrency, buffer=traits.max_pending or DEFAULT_BUFFER)
     return single, (
         f"one-stage pipeline: {spec.name}'s function takes an item, not a Pipeline; "
@@ -638,7 +668,7 @@ class ChannelsRunner:
 
     def __init__(self, spec: UnitSpec, ctx: RuntimeContext) -> None:
         self.spec = spec
-        self.pipeline, note = build_pipeline(spec, ctx.metrics)
+        self.pipeline, note = build_pipeline(spec, ctx.metrics, ctx.settings.watchdog)
         self.notes: list[str] = [note] if note else []
         self._run: PipelineRun | None = None
         self._lock = threading.Lock()
@@ -674,6 +704,13 @@ class ChannelsRunner:
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         value = self._item(args, kwargs, options)
         return await self.run.asubmit(value, timeout=self._timeout(options))
+
+    def try_submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions
+    ) -> Handle | None:
+        """Feed one item without blocking; ``None`` when the first stage is full (per-key lanes)."""
+        value = self._item(args, kwargs, options)
+        return self.run.try_submit(value, timeout=self._timeout(options))
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return self.submit(args, kwargs, SubmitOptions()).result()

@@ -25,6 +25,10 @@ How it runs:
   dies loses its chunk only; children die with the parent), at most two per
   worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an
   item that cannot be sent fails with :class:`~foundry.errors.SubmitError` naming its index.
+  With ``cluster=`` (``tcp://scheduler:8786`` for Dask, ``ray://head:10001`` for Ray;
+  :mod:`foundry.backends.cluster`) the same chunks go to that cluster's workers instead,
+  with the same bound in flight; "workers" is then the cores the cluster offers (capped
+  by ``workers=``), asked at the start of each run.
 - **Merge**: results are put back in input order at the join.
   A failed item raises its original exception type, noted with its index and chunk; the
   other chunks still complete (``errors="return"`` keeps every outcome).
@@ -60,8 +64,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from foundry.backends.cluster import ChunkCall, ClusterEngine, is_local, open_cluster
+from foundry.config import check_url
 from foundry.decide.model import Decision
-from foundry.errors import CancelledError, OverloadError, SubmitError, WorkTimeoutError
+from foundry.errors import (
+    CancelledError,
+    ClusterUnavailableError,
+    OverloadError,
+    SubmitError,
+    WorkTimeoutError,
+)
 from foundry.execute._task import Task
 from foundry.execute.instrument import IdMaker, UnitMetrics, check_in_process_options
 from foundry.execute.processes import ProcessPool
@@ -69,7 +81,7 @@ from foundry.handle import FutureSource, Handle, Outcome
 from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_error, encode_error
+from foundry.serialize import DEFAULT_ERROR_TYPES, decode_error, encode_error
 
 __all__ = [
     "ChunkPlan",
@@ -119,6 +131,7 @@ class ChunkPlan:
     reason: str
     probed: int = 0  # items run in the caller to measure ``est`` (their results are kept)
     ship: float | None = None  # estimated seconds to send one item and its result across
+    engine: str = "local"  # where the chunks are computed: "local" processes, "dask", "ray"
 
     @property
     def expected_seconds(self) -> float | None:
@@ -270,6 +283,16 @@ def _run_chunk(fn: Callable[..., Any], start: int, payload: bytes, kwargs: dict[
     return start, results, failures, time.process_time() - cpu
 
 
+def _run_shipped_chunk(shipped: bytes, start: int, payload: bytes) -> Any:
+    """Runs on a cluster worker: :func:`_run_chunk` with the function and its keyword
+    arguments unpickled *here*, inside the task. A worker that cannot import the
+    function then fails this task with the ``ModuleNotFoundError`` (which the engine
+    reports with the fix) instead of failing to decode the task message itself, which
+    Dask does not report to the client at all: the run would hang."""
+    fn, kwargs = pickle.loads(shipped)
+    return _run_chunk(fn, start, payload, kwargs)
+
+
 # -- the parent side ------------------------------------------------------------------
 
 
@@ -351,14 +374,25 @@ class _Run:
 
 
 class ParallelExecutor:
-    """Owns a process pool (made on first need) and runs maps on it. Thread-safe."""
+    """Owns a process pool, or a connection to a cluster (``cluster=``), made on first
+    need, and runs maps on it. Thread-safe."""
 
     def __init__(
-        self, *, workers: int | None = None, name: str = "parallel", metrics: Registry | None = None
+        self,
+        *,
+        workers: int | None = None,
+        name: str = "parallel",
+        metrics: Registry | None = None,
+        cluster: str | None = None,
     ) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise SubmitError(f"parallel {name!r}: workers={workers!r} must be an integer ≥ 1, or None")
-        self.workers = workers or default_workers()
+        if cluster is not None:
+            check_url("cluster", cluster)
+        self.cluster = None if is_local(cluster) else cluster
+        self._cap = workers
+        self.workers = workers or default_workers()  # on a cluster: the cores of the last run
+        self._engine: ClusterEngine | None = None
         self.name = name
         self.metrics = metrics if metrics is not None else Registry()
         self._in_chunks = 0  # items in dispatched, unfinished chunks
@@ -367,9 +401,40 @@ class ParallelExecutor:
         self._cpu = self.metrics.gauge(
             names.CPU_UTILISATION, "Fraction of the workers' cores kept busy", ("unit",)
         ).labels(name)
+        self._lanes = self.metrics.gauge(
+            names.PARALLEL_WORKERS, "Workers the last run spread its chunks over", ("unit", "engine")
+        )
+        self._lost = self.metrics.counter(
+            names.PARALLEL_CHUNKS_LOST,
+            "Chunks lost as a whole (their worker died, or the cluster went away)",
+            ("unit", "engine"),
+        )
         self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
         self.plans: deque[ChunkPlan] = deque(maxlen=32)
+
+    @property
+    def engine(self) -> str:
+        """Where chunks are computed: ``"local"``, ``"dask"`` or ``"ray"`` (once connected)."""
+        if self.cluster is None:
+            return "local"
+        return self._engine.kind if self._engine is not None else self.cluster.split("://", 1)[0]
+
+    def _get_engine(self) -> ClusterEngine:
+        assert self.cluster is not None
+        with self._lock:
+            if self._engine is None:
+                self._engine = open_cluster(self.cluster)
+            return self._engine
+
+    def _workers_now(self) -> int:
+        """The workers to plan for: this machine's (fixed), or what the cluster offers now
+        (capped by ``workers=``)."""
+        if self.cluster is None:
+            return self.workers
+        cores = self._get_engine().cores()
+        self.workers = min(cores, self._cap) if self._cap else cores
+        return self.workers
 
     @property
     def last_plan(self) -> ChunkPlan | None:
@@ -395,8 +460,11 @@ class ParallelExecutor:
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
+            engine, self._engine = self._engine, None
         if pool is not None:
             pool.close()
+        if engine is not None:
+            engine.close()
         self._m.flush()
 
     # -- one run ----------------------------------------------------------------
@@ -417,20 +485,23 @@ class ParallelExecutor:
         timeout: float | None = None,
         cancel: threading.Event | None = None,
     ) -> list[Any]:
-        """``[fn(item, **kwargs) for item in items]`` on processes, in input order."""
+        """``[fn(item, **kwargs) for item in items]`` on processes (or the cluster's
+        workers), in input order."""
         if errors not in ("raise", "return"):
             raise SubmitError(f"parallel {self.name!r}: errors={errors!r}. Fix: use 'raise' or 'return'")
         data: Sequence[Any] = items if isinstance(items, Sequence) else list(items)
         started = time.perf_counter()
         deadline = None if timeout is None else time.monotonic() + timeout
         run = _Run(fn, data, dict(kwargs or {}), deadline, cancel, [None] * len(data))
+        # A small input stays in the caller whatever the workers: don't ask the cluster.
+        workers = self._workers_now() if len(data) >= threshold or chunksize is not None else self.workers
         probed = 0
-        if est is None and chunksize is None and len(data) >= threshold and self.workers > 1:
+        if est is None and chunksize is None and len(data) >= threshold and workers > 1:
             probed, est = self._probe(run)
             run.start = probed
         plan = plan_chunks(
             len(data) - probed,
-            workers=self.workers,
+            workers=workers,
             est=est,
             chunksize=chunksize,
             threshold=threshold,
@@ -438,6 +509,11 @@ class ParallelExecutor:
             probed=probed,
             ship=run.ship,
         )
+        if plan.mode == "processes" and self.cluster is not None:
+            engine = self._get_engine()
+            plan = dataclasses.replace(
+                plan, engine=engine.kind, reason=f"{plan.reason} on {engine.kind} {engine.url}"
+            )
         self.plans.append(plan)
         if console is None and progress is not False:
             from rich.console import Console
@@ -455,7 +531,8 @@ class ParallelExecutor:
             wall = time.perf_counter() - started
             self._m.duration.observe(wall)
             if plan.mode == "processes" and wall > 0:
-                self._cpu.set(min(1.0, run.cpu / (wall * self.workers)))
+                self._cpu.set(min(1.0, run.cpu / (wall * plan.workers)))
+                self._lanes.labels(self.name, plan.engine).set(plan.workers)
         return self._merge(run, plan, errors)
 
     def _record(self, run: _Run, index: int, error: BaseException, where: str = "in the caller") -> None:
@@ -552,13 +629,13 @@ class ParallelExecutor:
                 f"parallel {self.name!r}: the function {getattr(fn, '__qualname__', fn)!r} cannot be sent to "
                 f"worker processes ({exc}). Fix: define it at module level (not a lambda or a closure)"
             ) from exc
-        pool = self._get_pool()
+        send = self._sender(fn, kw)
         bounds = [(s, min(s + plan.chunksize, len(data))) for s in range(start, len(data), plan.chunksize)]
-        pending: dict[Task, tuple[int, int, int]] = {}
-        finished: deque[Task] = deque()
+        pending: dict[Task | ChunkCall, tuple[int, int, int]] = {}
+        finished: deque[Task | ChunkCall] = deque()
         arrived = threading.Event()
 
-        def on_done(task: Task) -> Callable[[], None]:
+        def on_done(task: Task | ChunkCall) -> Callable[[], None]:
             def done() -> None:
                 finished.append(task)
                 arrived.set()
@@ -567,12 +644,12 @@ class ParallelExecutor:
 
         next_chunk = 0
         done_items = start
-        limit = self.workers * IN_FLIGHT_PER_WORKER
+        limit = plan.workers * IN_FLIGHT_PER_WORKER
         try:
             while next_chunk < len(bounds) or pending:
                 while next_chunk < len(bounds) and len(pending) < limit:
                     lo, hi = bounds[next_chunk]
-                    sent: Task = pool.submit((fn, lo, self._payload(data, lo, hi), kw), {})
+                    sent = send(next_chunk, lo, self._payload(data, lo, hi))
                     pending[sent] = (next_chunk, lo, hi)
                     sent.add_done_callback(on_done(sent))
                     self._in_chunks += hi - lo
@@ -585,7 +662,7 @@ class ParallelExecutor:
                     done = finished.popleft()
                     number, lo, hi = pending.pop(done)
                     self._in_chunks -= hi - lo
-                    self._collect(done.outcome(), run, number, lo, hi)
+                    self._collect(done.outcome(), run, number, lo, hi, plan.engine)
                     done_items += hi - lo
                     bar.advance(hi - lo)
         finally:
@@ -593,10 +670,36 @@ class ParallelExecutor:
                 task.cancel()  # queued: dropped; running: its child is killed and replaced
                 self._in_chunks -= hi - lo
 
-    def _collect(self, outcome: Outcome, run: _Run, number: int, lo: int, hi: int) -> None:
+    def _sender(
+        self, fn: Callable[..., Any], kw: dict[str, Any]
+    ) -> Callable[[int, int, bytes], Task | ChunkCall]:
+        """How one chunk is sent: to this machine's process pool, or to the cluster."""
+        if self.cluster is None:
+            pool = self._get_pool()
+            return lambda number, lo, payload: pool.submit((fn, lo, payload, kw), {})
+        engine = self._get_engine()
+        name = self.name
+        try:  # by reference when importable; a script's own functions (``__main__``) by value
+            import cloudpickle  # a dependency of both Dask and Ray
+
+            shipped = cloudpickle.dumps((fn, kw), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise SubmitError(
+                f"parallel {name!r}: the keyword arguments cannot be sent to the cluster's workers ({exc}). "
+                "Fix: pass plain data (numbers, strings, tuples, dicts, arrays)"
+            ) from exc
+        return lambda number, lo, payload: engine.submit(
+            _run_shipped_chunk, (shipped, lo, payload), unit=name, chunk=number
+        )
+
+    def _collect(self, outcome: Outcome, run: _Run, number: int, lo: int, hi: int, engine: str) -> None:
         where = f"chunk {number}, items {lo}..{hi - 1}"
         if outcome.error is not None:  # the chunk as a whole failed (its child died, say)
             error = outcome.error
+            self._lost.labels(self.name, engine).inc()
+            if isinstance(error, ClusterUnavailableError):  # nothing more can be computed: stop the run
+                error.add_note(f"parallel {self.name!r}: the run stopped at {where}")
+                raise error
             error.add_note(f"parallel {self.name!r}: {where} were lost with it")
             for index in range(lo, hi):
                 run.failures[index] = run.results[index] = error
@@ -606,7 +709,12 @@ class ParallelExecutor:
         run.results[lo:hi] = results
         run.cpu += cpu
         for index, portable in failures:
-            error = portable if isinstance(portable, BaseException) else decode_error(portable)
+            if isinstance(portable, BaseException):
+                error = portable
+            else:  # an unpicklable exception's record: its type only when its module's or admitted
+                module = getattr(getattr(run.fn, "func", run.fn), "__module__", None)
+                allowed = DEFAULT_ERROR_TYPES.scoped(modules=(module,) if module else ())
+                error = decode_error(portable, allowed)
             self._record(run, index, error, where)
         self._m.failed.inc(len(failures))
         self._m.completed.inc(hi - lo - len(failures))
@@ -627,7 +735,7 @@ class ParallelExecutor:
 
 # -- the shared executor behind parallel_map() ------------------------------------------
 
-_shared: dict[int, ParallelExecutor] = {}
+_shared: dict[tuple[int | None, str | None], ParallelExecutor] = {}
 _shared_lock = threading.Lock()
 
 
@@ -653,15 +761,22 @@ def parallel_map(
     progress: bool | None = None,
     errors: Literal["raise", "return"] = "raise",
     timeout: float | None = None,
+    cluster: str | None = None,
     **kwargs: Any,
 ) -> list[Any]:
     """``[fn(item, **kwargs) for item in items]`` on processes, in input order (see the
-    module docstring). Uses a shared pool per worker count, closed at exit."""
-    count = workers or default_workers()
+    module docstring). Uses a shared pool per worker count, closed at exit.
+
+    ``cluster`` (else ``FOUNDRY_CLUSTER``) computes the chunks on a Dask or Ray cluster
+    (``tcp://scheduler:8786``, ``ray://head:10001``); one connection per URL, closed at exit."""
+    target = cluster or os.environ.get("FOUNDRY_CLUSTER") or None
+    if is_local(target):
+        target = None
+    key = (workers or default_workers(), None) if target is None else (workers, target)
     with _shared_lock:
-        executor = _shared.get(count)
+        executor = _shared.get(key)
         if executor is None:
-            executor = _shared[count] = ParallelExecutor(workers=count)
+            executor = _shared[key] = ParallelExecutor(workers=key[0], cluster=target)
     return executor.map(
         fn,
         items,
@@ -683,7 +798,12 @@ class ParallelRunner:
 
     def __init__(self, spec: UnitSpec, ctx: RuntimeContext) -> None:
         self.spec = spec
-        self.executor = ParallelExecutor(workers=spec.traits.concurrency, name=spec.name, metrics=ctx.metrics)
+        self.executor = ParallelExecutor(
+            workers=spec.traits.concurrency,
+            name=spec.name,
+            metrics=ctx.metrics,
+            cluster=ctx.settings.cluster,
+        )
         self._slots = threading.BoundedSemaphore(spec.traits.max_pending or 4)
         self._cancels: set[threading.Event] = set()
         self._closed = False

@@ -23,6 +23,17 @@ duplex pipe per child, so the parent always knows which unit each child is runni
   with :class:`~foundry.errors.WorkTimeoutError`; its child gets ``SIGTERM``, then
   ``SIGKILL`` after a grace, and is replaced. Cancelling a running unit does the same
   with :class:`~foundry.errors.CancelledError`; a queued unit is dropped before it runs.
+- **Children that cannot start.** A child re-imports the function's module, and with
+  spawn/forkserver the main script too. A child that dies while starting, before it
+  ever ran anything, is a bootstrap failure, and restarting it would only fail again
+  (the classic case: a main script without ``if __name__ == "__main__":`` that submits
+  at its top level). Until one child of the pool has started, children are started
+  one at a time, and the first bootstrap failure fails the pool: every pending unit and
+  every later submit gets one :class:`~foundry.errors.SubmitError` with the fix, and
+  one child traceback is printed. A pool that has run work retries a replacement that
+  dies while starting with a back-off, and fails the same way after
+  :data:`BOOT_RETRIES` in a row. A child that has not started within
+  :data:`BOOT_TIMEOUT` seconds is killed and counts as one.
 - **Recycling.** ``max_tasks_per_child`` (a trait; default unlimited) replaces a child
   after that many units: the remedy for native leaks.
 - **No orphans.** Each child sets ``PR_SET_PDEATHSIG=SIGKILL`` (Linux) and runs a
@@ -86,13 +97,14 @@ from foundry.execute.instrument import (
     forget,
     usable_cpus,
 )
+from foundry.execute.progress import ProgressSink
 from foundry.handle import Handle
 from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_error
+from foundry.serialize import DEFAULT_ERROR_TYPES, ErrorTypes, decode_error
 
-__all__ = ["ProcessPool", "ProcessRunner", "make_runner", "resolve_target"]
+__all__ = ["ProcessPool", "ProcessRunner", "importability_error", "make_runner", "resolve_target"]
 
 log = logging.getLogger("foundry.execute")
 
@@ -103,6 +115,13 @@ DEFAULT_BLOCK_TIMEOUT = 30.0
 AHEAD_MAX = 8  # units handed ahead to a busy child, at most
 AHEAD_BYTES = 32 * 1024  # ... and at most this many bytes of arguments (a pipe holds more)
 SHORT = 0.002  # a unit is "short" (may be handed ahead) below this many seconds
+BOOT_RETRIES = 3  # replacements in a row that die while starting before the pool gives up
+BOOT_TIMEOUT = 120.0  # seconds a child may take to start (import the main script and the function)
+WARM_TIMEOUT = 30.0  # seconds ``warm()`` waits for the first child of a pool started ahead of use
+BOOT_FIX = (
+    "Fix: guard the main script with `if __name__ == '__main__':`, and check the function's module "
+    "imports cleanly"
+)
 
 
 def _context() -> Any:
@@ -116,7 +135,7 @@ def _context() -> Any:
 class ProcTask(Task):
     """A unit for a child process: its pickled arguments and where it is."""
 
-    __slots__ = ("ahead", "child", "number", "payload", "sent", "size")
+    __slots__ = ("ahead", "child", "number", "on_progress", "payload", "sent", "size")
 
     def __init__(self, owner: ProcessPool, number: int, payload: bytes, timeout: float | None) -> None:
         super().__init__(owner, _never, (), {}, timeout)
@@ -126,6 +145,7 @@ class ProcTask(Task):
         self.child: _Child | None = None
         self.sent = False
         self.ahead = False
+        self.on_progress: ProgressSink | None = None  # where the child's progress() records go
 
 
 def _never(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover - a ProcTask runs in a child
@@ -138,6 +158,7 @@ class _Child:
     conn: mpc.Connection
     lifeline: mpc.Connection
     started_at: float
+    perf_started: float = field(default_factory=time.perf_counter)
     ready: bool = False
     pid: int = 0
     inflight: deque[ProcTask] = field(default_factory=deque)
@@ -168,10 +189,13 @@ class ProcessPool:
         timeout: float | None = None,
         short: bool | None = None,
         registry: Registry | None = None,
+        errors: ErrorTypes | None = None,
     ) -> None:
         self.name = name
         self.module = module
         self.qualname = qualname
+        # Which types an unpicklable exception's record is rebuilt as (the function's module's).
+        self.errors = errors if errors is not None else DEFAULT_ERROR_TYPES.scoped(modules=(module,))
         self.workers = workers or usable_cpus()
         self.max_pending = max_pending or PENDING_PER_WORKER * self.workers
         self.overflow = overflow
@@ -191,8 +215,17 @@ class ProcessPool:
         os.set_blocking(self._wake_w, False)
         self._avg = 0.0  # EWMA of seconds per unit, over ``self._observed`` results
         self._observed = 0
+        # Every answered call's wall and CPU seconds, as the children measured them
+        # (:meth:`measured`: computing or waiting, for the drift check).
+        self._calls = 0
+        self._wall = 0.0
+        self._cpu = 0.0
+        self._started = threading.Event()  # a child said "ready", or the pool gave up
         self._ahead_ok = short is not False and timeout is None
-        self._crash_streak = 0
+        self._served = False  # a child of this pool has started (sent "ready") at least once
+        self._boot_failures = 0  # children in a row that died while starting
+        self._respawn_at = 0.0  # monotonic time before which no child is started (back-off)
+        self._spawned = 0
         registry = registry if registry is not None else Registry()
         self.metrics = UnitMetrics(registry, name, MODEL, in_flight=self._running_count)
         self.gauges = PoolGauges(
@@ -228,9 +261,61 @@ class ProcessPool:
         with self._lock:
             return [c.pid for c in self._children if c.pid]
 
+    def measured(self) -> tuple[int, float, float]:
+        """``(calls, wall seconds, CPU seconds)`` of every call answered so far, as the
+        children measured them: CPU/wall near 1 is computing, near 0 waiting."""
+        with self._lock:
+            return self._calls, self._wall, self._cpu
+
+    def start(self, timeout: float) -> None:
+        """Start the children now, before any unit is submitted, and wait until the first
+        one is ready (``timeout`` seconds at most): the first calls then find a child
+        waiting instead of a pool booting. Raises :class:`SubmitError` when the children
+        cannot start, or did not within ``timeout``."""
+        with self._lock:
+            if self._closed:
+                raise SubmitError(f"unit {self.name!r}: its process pool is closed")
+            if self._thread is None:
+                self._start_dispatcher()
+        self._started.wait(timeout)
+        with self._lock:
+            fatal, served = self._fatal, self._served
+        if fatal is not None:
+            raise SubmitError(str(fatal)) from fatal
+        if not served:
+            raise SubmitError(
+                f"unit {self.name!r}: no child process was ready within {timeout}s (the machine is "
+                f"overloaded, or importing {self.module} is slow). Fix: check that the module imports "
+                "quickly and cleanly"
+            )
+
     # -- submitting ------------------------------------------------------------------------
 
-    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None = None) -> ProcTask:
+    def submit(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> ProcTask:
+        """Accept a unit (blocking or refusing by the overflow policy when full);
+        ``on_progress`` gets its :func:`foundry.progress` records, on the dispatcher thread
+        (keep it short)."""
+        task = self._new_task(args, kwargs, timeout)
+        task.on_progress = on_progress
+        if not self._accept(task):
+            self._overflow(task)
+        return task
+
+    def try_submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None = None
+    ) -> ProcTask | None:
+        """Accept without blocking; ``None`` when the intake is full."""
+        task = self._new_task(args, kwargs, timeout)
+        return task if self._accept(task) else None
+
+    def _new_task(self, args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None) -> ProcTask:
+        _refuse_while_bootstrapping(self.name)
         try:
             payload = pickle.dumps((args, kwargs), PICKLE)
         except Exception as exc:
@@ -240,10 +325,7 @@ class ProcessPool:
                 "Fix: pass plain data (ids, paths, numbers, dicts) and open live objects (files, "
                 "sockets, locks, connections) inside the function"
             ) from exc
-        task = ProcTask(self, next(self._numbers), payload, timeout if timeout is not None else self.timeout)
-        if not self._accept(task):
-            self._overflow(task)
-        return task
+        return ProcTask(self, next(self._numbers), payload, timeout if timeout is not None else self.timeout)
 
     def _accept(self, task: ProcTask) -> bool:
         send: list[_Child] = []
@@ -253,7 +335,7 @@ class ProcessPool:
                     f"unit {self.name!r}: its process pool is closed. Fix: submit before close()"
                 )
             if self._fatal is not None:
-                raise SubmitError(f"unit {self.name!r}: its children cannot start: {self._fatal}")
+                raise SubmitError(str(self._fatal)) from self._fatal
             if self._depth >= self.max_pending:
                 return False
             self._depth += 1
@@ -416,28 +498,8 @@ class ProcessPool:
 
     def _dispatch(self) -> None:
         try:
-            for _ in range(self.workers):
-                child = self._spawn()
-                with self._lock:
-                    self._children.append(child)
-        except Exception as exc:
-            log.error("unit %r: cannot start child processes: %s", self.name, exc)
-            with self._lock:
-                self._fatal = exc
-                self._closed = True
-            self._fail_everything(
-                SubmitError(
-                    f"unit {self.name!r}: its child processes cannot start ({type(exc).__name__}: "
-                    f"{str(exc).strip()[:300]}). Fix: guard the main script with "
-                    "`if __name__ == '__main__':`, and check the function's module imports cleanly"
-                )
-            )
-            for child in list(self._children):
-                with contextlib.suppress(Exception):
-                    child.process.kill()
-            return
-        try:
             while True:
+                self._top_up()
                 with self._lock:
                     if self._closed and not self._children:
                         return
@@ -467,12 +529,58 @@ class ProcessPool:
             self._fail_everything(SubmitError(f"unit {self.name!r}: the process pool's dispatcher failed"))
             raise
 
+    def _top_up(self) -> None:
+        """On the dispatcher: start children up to ``workers`` (replacements too, while
+        open or draining accepted work). Until one child has started, one at a time: if
+        children cannot start at all, one fails (and prints one traceback), not all."""
+        with self._lock:
+            if self._fatal is not None or (self._closed and self._depth == 0):
+                return
+            if time.monotonic() < self._respawn_at:
+                return
+            missing = self.workers - len(self._children)
+            if not self._served:
+                missing = min(missing, 1 - len(self._children))
+        for _ in range(max(0, missing)):
+            try:
+                child = self._spawn()
+            except Exception as exc:
+                self._give_up(
+                    SubmitError(
+                        f"unit {self.name!r}: its child processes cannot start ({type(exc).__name__}: "
+                        f"{str(exc).strip()[:300]}). {BOOT_FIX}"
+                    ),
+                    detail=str(exc),
+                )
+                return
+            with self._lock:
+                self._children.append(child)
+                self._spawned += 1
+                replacement = self._spawned > self.workers
+            if replacement:
+                self.restarts.inc()
+
+    def _give_up(self, error: SubmitError, detail: str = "") -> None:
+        """The children cannot start: fail what waits and every later submit with ``error``
+        (logged once), and start no more children."""
+        with self._lock:
+            if self._fatal is not None:
+                return
+            self._fatal = error
+        self._started.set()
+        log.error("%s%s", error, f" ({detail})" if detail and detail not in str(error) else "")
+        self._fail_everything(error)
+
     def _next_deadline(self, children: list[_Child]) -> float | None:
         now = time.perf_counter()
         soonest: float | None = None
+        if self._respawn_at and len(children) < self.workers and self._fatal is None:
+            soonest = self._respawn_at - time.monotonic() + now  # (on the perf_counter clock)
         for child in children:
             due: float | None = None
-            if child.kill_reason is not None:
+            if not child.ready and child.kill_reason is None:
+                due = child.perf_started + BOOT_TIMEOUT
+            elif child.kill_reason is not None:
                 due = child.kill_at
             elif child.inflight and child.inflight[0].timeout is not None:
                 due = child.head_since + child.inflight[0].timeout
@@ -495,23 +603,38 @@ class ProcessPool:
             with self._lock:
                 child.ready = True
                 child.pid = message[1]
-                self._crash_streak = 0
+                self._served = True
+                self._boot_failures = 0
+                self._respawn_at = 0.0
+            self._started.set()
+            return
+        if message[0] == "progress":
+            _, number, done, total, note = message
+            with self._lock:
+                task = next((t for t in child.inflight if t.number == number), None)
+            sink = None if task is None else task.on_progress
+            if sink is not None:
+                try:
+                    sink(done, total, note)
+                except Exception:  # a broken sink must not stop the dispatcher
+                    log.exception("unit %r: a progress sink failed", self.name)
             return
         if message[0] == "fatal":
-            error = decode_error(message[1])
-            log.error("unit %r: a child could not load its function: %s", self.name, error)
-            with self._lock:
-                self._fatal = error
-            self._fail_everything(
+            error = decode_error(message[1], self.errors)
+            self._give_up(
                 SubmitError(
                     f"unit {self.name!r}: the child process could not import {self.module}.{self.qualname} "
                     f"({error}). Fix: make the function importable by that name"
                 )
             )
             return
-        number, kind, data, seconds = message
+        number, kind, data, seconds, cpu = message
         now = time.perf_counter()
         with self._lock:
+            if kind != SKIPPED:
+                self._calls += 1
+                self._wall += seconds
+                self._cpu += cpu
             if not child.inflight or child.inflight[0].number != number:  # pragma: no cover
                 log.error("unit %r: child %s answered out of order", self.name, child.pid)
                 return
@@ -533,7 +656,7 @@ class ProcessPool:
             elif kind == SKIPPED:
                 callbacks = None
             else:
-                error = data if kind == ERROR else decode_error(data)
+                error = data if kind == ERROR else decode_error(data, self.errors)
                 callbacks = task._settle(None, error)
             retire = (
                 self.max_tasks_per_child is not None
@@ -554,8 +677,10 @@ class ProcessPool:
                 child.conn.send_bytes(pickle.dumps(("stop",), PICKLE))
 
     def _on_exit(self, child: _Child) -> None:
-        """The child's process ended: settle its units, count, replace it."""
+        """The child's process ended: settle its units and count (the dispatcher starts
+        a replacement); a child that died while starting may give up the pool."""
         child.process.join(1.0)
+        failures, hopeless = 0, False
         code = child.process.exitcode
         with child.send_lock, self._lock:  # (no send to it is half done)
             if child not in self._children:
@@ -585,8 +710,14 @@ class ProcessPool:
             for task in reversed(requeue):
                 self._pending.appendleft(task)
                 self._depth += 1
-            if not planned and not reason:
-                self._crash_streak += 1
+            booting = not child.ready and not planned and reason in (None, "boot")
+            if booting:
+                self._boot_failures += 1
+                failures = self._boot_failures
+                # Never started a child: it is the script or the module, not bad luck.
+                hopeless = not self._served or failures >= BOOT_RETRIES
+                if not hopeless:
+                    self._respawn_at = time.monotonic() + min(2.0, 0.1 * 2**failures)
         self._exits.labels(self.name, str(code)).inc()
         if head is not None:
             took = time.perf_counter() - child.head_since
@@ -606,15 +737,21 @@ class ProcessPool:
             child.conn.close()
         with contextlib.suppress(OSError):
             child.lifeline.close()
-        with self._lock:  # replaced while open, or while closing with accepted work to drain
-            replace = self._fatal is None and (not self._closed or self._depth > 0)
-        if replace:
-            if self._crash_streak >= 3:  # crashing at start-up: don't spin
-                time.sleep(min(2.0, 0.1 * 2 ** min(self._crash_streak, 5)))
-            fresh = self._spawn()
-            with self._lock:
-                self._children.append(fresh)
-            self.restarts.inc()
+        if booting and hopeless:
+            how = (
+                f"did not start within {BOOT_TIMEOUT:.0f}s and was killed"
+                if reason == "boot"
+                else f"exited with {_how(code)} while starting"
+            )
+            again = "" if failures == 1 else f" ({failures} children in a row)"
+            self._give_up(
+                SubmitError(
+                    f"unit {self.name!r}: its child process (pid {child.pid}) {how}, before it ran "
+                    f"anything{again}, so no more children are started and the unit's pending and later "
+                    "work fails. A child imports the function's module and, with spawn/forkserver, runs "
+                    "the main script again: its traceback, if it printed one, is above. " + BOOT_FIX
+                )
+            )
 
     # -- deadlines, cancellation, killing ------------------------------------------------------
 
@@ -628,6 +765,9 @@ class ProcessPool:
                     with contextlib.suppress(Exception):
                         child.process.kill()
                     child.kill_at = now + 3600.0
+                continue
+            if not child.ready and now >= child.perf_started + BOOT_TIMEOUT:
+                self._kill(child, "boot")
                 continue
             if not child.inflight:
                 continue
@@ -734,6 +874,22 @@ class ProcessPool:
         forget(self)
 
 
+def _how(code: int | None) -> str:
+    name = _signal_name(code)
+    return f"signal {name}" if name else f"exit code {code}"
+
+
+def _refuse_while_bootstrapping(unit: str) -> None:
+    """In a process that multiprocessing is still starting (it is re-running the main
+    script as ``__mp_main__``), starting a pool cannot work: say why, at once."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SubmitError(
+            f"unit {unit!r} was submitted while a child process was starting: with spawn/forkserver "
+            "every child runs the main script again, and this submit is at its top level, so each "
+            f"child would start children of its own. {BOOT_FIX}"
+        )
+
+
 def _signal_name(code: int | None) -> str | None:
     if code is None or code >= 0:
         return None
@@ -755,7 +911,9 @@ class ProcessRunner:
         traits = spec.traits
         self.spec = spec
         self.ctx = ctx
-        self.workers = traits.workers or traits.concurrency or usable_cpus()
+        # The decision sized it from the load (for computing: no more than the cores); a
+        # declared concurrency of 300 waiting units is not 300 processes.
+        self.workers = traits.workers or spec.decision.load.concurrency or usable_cpus()
         self.map_window = 2 * self.workers + (traits.max_pending or PENDING_PER_WORKER * self.workers)
         self.max_tasks_per_child = traits.max_tasks_per_child
         self._pool: ProcessPool | None = None
@@ -766,7 +924,7 @@ class ProcessRunner:
     def _target(self) -> tuple[str, str]:
         """Check once that the child can import the function; the error is cached."""
         if self._checked is False:
-            self._checked = _importability_error(self.spec)
+            self._checked = importability_error(self.spec)
         if self._checked is not None:
             raise self._checked
         return self.spec.module, self.spec.qualname
@@ -789,15 +947,33 @@ class ProcessRunner:
                     timeout=traits.timeout,
                     short=None if traits.est is None else traits.est < SHORT,
                     registry=self.ctx.metrics,
+                    errors=self.spec.errors,
                 )
             return self._pool
 
-    def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
+    def submit(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: SubmitOptions,
+        *,
+        on_progress: ProgressSink | None = None,
+    ) -> Handle:
         if options is not _NO_OPTIONS:
             check_in_process_options(self.spec.name, MODEL, options)
         self._target()
-        task = self.pool.submit(args, kwargs, options.timeout)
+        task = self.pool.submit(args, kwargs, options.timeout, on_progress)
         return Handle(self._ids(), self.spec.name, task)
+
+    def try_submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions
+    ) -> Handle | None:
+        """Accept without blocking; ``None`` when the intake is full (per-key lanes)."""
+        if options is not _NO_OPTIONS:
+            check_in_process_options(self.spec.name, MODEL, options)
+        self._target()
+        task = self.pool.try_submit(args, kwargs, options.timeout)
+        return None if task is None else Handle(self._ids(), self.spec.name, task)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         pool = self.pool
@@ -810,6 +986,17 @@ class ProcessRunner:
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return self.submit(args, kwargs, _NO_OPTIONS).result()
 
+    def warm(self, timeout: float = WARM_TIMEOUT) -> None:
+        """Start the pool and wait for its first child (:meth:`ProcessPool.start`)."""
+        self._target()
+        self.pool.start(timeout)
+
+    def measured(self) -> tuple[int, float, float]:
+        """``(calls, wall seconds, CPU seconds)`` answered so far (:meth:`ProcessPool.measured`)."""
+        with self._lock:
+            pool = self._pool
+        return (0, 0.0, 0.0) if pool is None else pool.measured()
+
     def close(self, timeout: float = 10.0) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
@@ -820,7 +1007,7 @@ class ProcessRunner:
 _NO_OPTIONS = SubmitOptions()
 
 
-def _importability_error(spec: UnitSpec) -> SubmitError | None:
+def importability_error(spec: UnitSpec) -> SubmitError | None:
     """Why a child could not import ``spec.fn`` by module + qualified name (or None)."""
     fix = (
         "define the function at the top level of an importable module (not a lambda, not inside "

@@ -12,8 +12,10 @@ The two models share this implementation and differ in what the decision means:
 ``bounded_pool`` sizes a pool for a count of independent units (tens, not thousands);
 ``threads`` is the model for units that share state under locks.
 
-**Size.** ``workers`` (the trait), else ``concurrency``, else ``os.cpu_count()`` for
-``bound="cpu"`` and ``min(32, cpu + 4)`` otherwise. All workers start with the first
+**Size.** ``workers`` (the trait), else the size the decision chose from the load
+(``decision.load.concurrency``: the units in flight, and for computing work no more
+than the cores), else ``concurrency``, else ``os.cpu_count()`` for ``bound="cpu"`` and
+``min(32, cpu + 4)`` otherwise. All workers start with the first
 submission and live until ``close()``.
 
 **Bounded intake.** At most ``max_pending`` units (default 4 × workers) wait for a
@@ -57,12 +59,13 @@ as :class:`~foundry.errors.CancelledError`) whatever had not started when time r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from foundry.errors import (
@@ -87,7 +90,15 @@ from foundry.handle import Handle
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
-__all__ = ["PoolRunner", "ThreadPool", "checkpoint", "default_workers", "make_runner"]
+__all__ = [
+    "Interrupt",
+    "PoolRunner",
+    "ThreadPool",
+    "checkpoint",
+    "default_workers",
+    "interruptible",
+    "make_runner",
+]
 
 Policy = Literal["block", "reject", "caller_runs"]
 DEFAULT_BLOCK_TIMEOUT = 30.0
@@ -99,24 +110,54 @@ def default_workers(bound: str | None) -> int:
     return cpus if bound == "cpu" else min(32, cpus + 4)
 
 
+class Interrupt:
+    """A cooperative stop for work that runs in a thread outside a pool (a durable queue
+    worker's job): once :meth:`stop` was called, :func:`checkpoint` raises its error in
+    the thread that runs the work under :func:`interruptible`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def stop(self, error: BaseException) -> None:
+        """Ask the work to stop with ``error`` (the first request wins)."""
+        if self.error is None:
+            self.error = error
+
+
 class _Local(threading.local):
     pool: ThreadPool | None = None
     task: PoolTask | None = None
+    interrupt: Interrupt | None = None
 
 
 _local = _Local()
 
 
-def checkpoint() -> None:
-    """Raise in a pooled unit that was cancelled or timed out (a cooperative stop).
+@contextlib.contextmanager
+def interruptible(interrupt: Interrupt) -> Iterator[None]:
+    """Run the body with ``interrupt`` as this thread's stop (see :func:`checkpoint`)."""
+    previous, _local.interrupt = _local.interrupt, interrupt
+    try:
+        yield
+    finally:
+        _local.interrupt = previous
 
-    Call it between steps of long work that runs on ``threads`` / ``bounded_pool``: a
-    thread cannot be interrupted from outside, so this is where it notices. Outside a
-    pool worker it does nothing.
+
+def checkpoint() -> None:
+    """Raise in a unit that was cancelled or timed out (a cooperative stop).
+
+    Call it between steps of long work that runs on ``threads`` / ``bounded_pool``, or in
+    a durable job that a queue worker runs on one of its threads: a thread cannot be
+    interrupted from outside, so this is where it notices. Elsewhere it does nothing.
     """
     task = _local.task
     if task is not None and task.state != RUNNING and task._error is not None:
         raise task._error
+    interrupt = _local.interrupt
+    if interrupt is not None and interrupt.error is not None:
+        raise interrupt.error
 
 
 class PoolTask(Task):
@@ -507,7 +548,12 @@ class PoolRunner:
 
     def __init__(self, spec: UnitSpec, ctx: RuntimeContext, model: str = "bounded_pool") -> None:
         traits = spec.traits
-        workers = traits.workers or traits.concurrency or default_workers(traits.bound)
+        workers = (
+            traits.workers
+            or spec.decision.load.concurrency
+            or traits.concurrency
+            or default_workers(traits.bound)
+        )
         self.spec = spec
         self.model = model
         self.timeout = traits.timeout
@@ -541,6 +587,15 @@ class PoolRunner:
     def submit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         task = self._task(args, kwargs, options)
         self.pool.submit_task(task)
+        return Handle(self._ids(), self.spec.name, task)
+
+    def try_submit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions
+    ) -> Handle | None:
+        """Accept without blocking; ``None`` when the intake is full (per-key lanes)."""
+        task = self._task(args, kwargs, options)
+        if not self.pool.try_enqueue(task):
+            return None
         return Handle(self._ids(), self.spec.name, task)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:

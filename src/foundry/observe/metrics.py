@@ -188,6 +188,17 @@ class Family(Generic[M]):
                 child = self._children.setdefault(key, self._make())
         return child
 
+    def adopt(self, child: M, *values: str) -> M:
+        """Make ``child`` (a metric another registry made) this family's child for
+        ``values``: one series, readable through both registries (a process-wide event
+        loop shared by several apps exports its lag into each app's registry)."""
+        key = tuple(str(v) for v in values)
+        if len(key) != len(self.labelnames):
+            raise ValueError(f"metric {self.name} takes labels {self.labelnames}, got {key}")
+        with self._lock:
+            self._children[key] = child
+        return child
+
     def remove(self, *values: str) -> None:
         with self._lock:
             self._children.pop(tuple(values), None)
@@ -288,9 +299,13 @@ class Registry:
             out[name] = (help, samples)
         return out
 
-    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+    def snapshot(self, *, collected: bool = True) -> dict[str, list[dict[str, Any]]]:
         """``{name: [{"labels": {...}, "value": v}, ...]}``; histograms give
-        count/sum/p50/p99/max and counters also their rolling ``rate`` per second."""
+        count/sum/p50/p99/max and counters also their rolling ``rate`` per second.
+
+        ``collected=False`` leaves out the collected gauges, whose callbacks may query a
+        database (a durable queue's depth): what a heartbeat sends every second reads
+        only this process's memory."""
         self._before_read()
         with self._lock:
             families = list(self._families.values())
@@ -306,8 +321,11 @@ class Registry:
                 else:
                     rows.append({"labels": labels, "value": child.value})
             out[family.name] = rows
-        for name, (_, samples) in self._collected_samples().items():
-            out.setdefault(name, []).extend({"labels": labels, "value": value} for labels, value in samples)
+        if collected:
+            for name, (_, samples) in self._collected_samples().items():
+                out.setdefault(name, []).extend(
+                    {"labels": labels, "value": value} for labels, value in samples
+                )
         return out
 
     def value(self, name: str, **labels: str) -> float:

@@ -12,6 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from foundry.config import safe_url
 from foundry.errors import BackendUnavailableError
 from foundry.observe import names
 
@@ -23,17 +24,18 @@ Snapshot = dict[str, list[dict[str, Any]]]
 def fetch_snapshot(url: str, timeout: float = 5.0) -> Snapshot:
     """GET ``{url}/metrics.json`` from a Foundry exporter."""
     target = url.rstrip("/") + "/metrics.json"
+    shown = safe_url(target)
     try:
         with urllib.request.urlopen(target, timeout=timeout) as response:
             body = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise BackendUnavailableError(
-            f"cannot read metrics from {target}: {exc}. Fix: start the process with an exporter "
+            f"cannot read metrics from {shown}: {exc}. Fix: start the process with an exporter "
             "(`foundry worker ... --metrics-port 9464` or `app.serve_metrics(port=9464)`) and pass its URL"
         ) from exc
     metrics = body.get("metrics") if isinstance(body, dict) else None
     if not isinstance(metrics, dict):
-        raise BackendUnavailableError(f"{target} did not return a Foundry metrics snapshot")
+        raise BackendUnavailableError(f"{shown} did not return a Foundry metrics snapshot")
     return metrics
 
 
@@ -62,6 +64,21 @@ def _ms(row: dict[str, Any] | None, field: str) -> str:
     if row is None or field not in row:
         return "·"
     return f"{float(row[field]) * 1000:.1f} ms"
+
+
+def _culprits(snap: Snapshot) -> dict[str, str]:
+    """Per loop, the unit (and phase) and frame that held it in the most stalls."""
+    best: dict[str, tuple[float, str]] = {}
+    for row in _rows(snap, names.LOOP_CULPRIT):
+        labels: dict[str, str] = row.get("labels", {})
+        count = float(row.get("value", 0.0))
+        unit, phase, frame = labels.get("unit", ""), labels.get("phase", ""), labels.get("culprit", "")
+        subject = unit if phase in ("", "main") else f"{unit}.{phase}" if unit else phase
+        text = f"{subject}: {frame}" if subject and frame else subject or frame
+        loop = labels.get("loop", "")
+        if count > best.get(loop, (0.0, ""))[0]:
+            best[loop] = (count, f"{text} ×{count:.0f}")
+    return {loop: text for loop, (_, text) in best.items()}
 
 
 def _table(title: str, caption: str, columns: list[str]) -> Table:
@@ -114,8 +131,11 @@ def render_snapshot(snap: Snapshot) -> RenderableType:
     loops = _by(snap, [names.LOOP_LAG, names.LOOP_BLOCKED], "loop")
     if loops:
         table = _table(
-            "Event loops", "a ready task that is not running", ["loop", "p50", "p99", "max", "blocked"]
+            "Event loops",
+            "a ready task that is not running, and what held the loop most often",
+            ["loop", "p50", "p99", "max", "blocked", "held by"],
         )
+        held_by = _culprits(snap)
         for key, r in loops.items():
             lag = r.get(names.LOOP_LAG)
             worst = float(lag["max"]) if lag and "max" in lag else 0.0
@@ -126,6 +146,7 @@ def render_snapshot(snap: Snapshot) -> RenderableType:
                 _ms(lag, "p99"),
                 Text(_ms(lag, "max"), style=style),
                 _num(r.get(names.LOOP_BLOCKED)),
+                held_by.get(key, "·"),
             )
         parts.append(table)
     simple = [
@@ -138,6 +159,11 @@ def render_snapshot(snap: Snapshot) -> RenderableType:
             "Channels",
             "buffer fill and blocked senders: backpressure",
             [names.CHANNEL_FILL, names.CHANNEL_BLOCKED_SENDERS],
+        ),
+        (
+            "Phases moved",
+            "phases taken off an event loop at run time (adaptive=True), and pools measured waiting",
+            [names.PHASE_MOVED, names.PHASE_DRIFT],
         ),
         ("Streams", "consumer lag per group and partition", [names.STREAM_CONSUMER_LAG]),
         ("Workflows", "step states and compensations", [names.WORKFLOW_STEPS, names.WORKFLOW_COMPENSATIONS]),

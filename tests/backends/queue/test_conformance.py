@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from foundry.backends.queue import JobStatus, NewJob, QueueBackend, open_queue_backend
+from foundry.backends.queue import (
+    CancelResult,
+    JobProgress,
+    JobStatus,
+    NewJob,
+    QueueBackend,
+    open_queue_backend,
+)
 from foundry.errors import ConfigError, SubmitError
+from tests.adversarial._hostile import rewrite_job
 from tests.backends.queue._helpers import expect
 
 SHORT = 0.4  # a lease that lapses during the test
@@ -350,21 +358,122 @@ def test_fail_for_good_and_requeue(backend: QueueBackend, queue: str) -> None:
     assert claim_one(backend, queue).id == c.id
 
 
-def test_a_job_that_keeps_killing_its_worker_is_dead_lettered(backend: QueueBackend, queue: str) -> None:
-    backend.enqueue(job(queue, max_deliveries=2))
-    first = claim_one(backend, queue, lease=SHORT)
-    second = claim_until(backend, queue, lambda c: c.id == first.id, lease=SHORT)
-    assert second.deliveries == 2
-    # Its second lease lapses too: the next claim dead-letters it instead of delivering it
+def wait_dead(backend: QueueBackend, queue: str, job_id: str) -> Any:
+    """Claim (nothing may come back) until ``job_id``'s lapsed lease dead-letters it."""
     deadline = time.monotonic() + 15
-    state = backend.get(first.id)
+    state = backend.get(job_id)
     while state is not None and state.status is not JobStatus.DEAD and time.monotonic() < deadline:
         assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.3) == []
-        state = backend.get(first.id)
-    state = expect(state, JobStatus.DEAD)
+        state = backend.get(job_id)
+    return expect(state, JobStatus.DEAD)
+
+
+def test_a_job_that_keeps_killing_its_worker_while_alone_is_dead_lettered(
+    backend: QueueBackend, queue: str
+) -> None:
+    backend.enqueue(job(queue, max_deliveries=2))
+    first = claim_one(backend, queue, lease=SHORT)
+    assert not first.suspect
+    # Its first lease lapses while it ran beside others (not marked alone): not charged,
+    # and the next delivery is a suspect
+    second = claim_until(backend, queue, lambda c: c.id == first.id, lease=SHORT)
+    assert (second.deliveries, second.suspect) == (2, True)
+    # Run alone twice, and twice its worker dies
+    assert backend.mark_alone(second.id, second.token)
+    third = claim_until(backend, queue, lambda c: c.id == first.id, lease=SHORT)
+    assert third.suspect
+    assert backend.mark_alone(third.id, third.token)
+    # Its second lone lease lapses: the next claim dead-letters it instead of delivering it
+    state = wait_dead(backend, queue, first.id)
     assert state.dead_reason
-    assert "lease" in state.dead_reason
+    assert "alone" in state.dead_reason
+    assert "keeps killing or hanging its worker" in state.dead_reason
     assert [d.id for d in backend.dead_letters(queue)] == [first.id]
+
+
+def test_only_the_delivery_marked_alone_is_charged_with_the_death(backend: QueueBackend, queue: str) -> None:
+    # Given two jobs that may kill their worker only once, held by one worker; one ran alone
+    lone, beside = job(queue, max_deliveries=1), job(queue, max_deliveries=1)
+    backend.enqueue_many([lone, beside])
+    got = {c.id: c for c in backend.claim(queue, "w", lease=SHORT, limit=2, timeout=5)}
+    assert set(got) == {lone.id, beside.id}
+    assert backend.mark_alone(lone.id, got[lone.id].token)
+    # When the worker dies (both leases lapse), the one beside it comes back, a suspect ...
+    back = claim_until(backend, queue, lambda c: True)
+    assert (back.id, back.suspect) == (beside.id, True)
+    assert backend.complete(back.id, back.token, b"1")
+    # ... and only the one that ran alone is dead-lettered
+    assert "keeps killing" in (expect(backend.get(lone.id), JobStatus.DEAD).dead_reason or "")
+    assert backend.claim(queue, "w", lease=LONG, limit=2, timeout=0.2) == []
+
+
+def test_mark_alone_is_fenced_by_the_token(backend: QueueBackend, queue: str) -> None:
+    backend.enqueue(job(queue))
+    c = claim_one(backend, queue, lease=LONG)
+    assert not backend.mark_alone(c.id, "stale-token")
+    assert backend.mark_alone(c.id, c.token)
+    assert backend.complete(c.id, c.token, b"1")
+    assert not backend.mark_alone(c.id, c.token)
+    assert not backend.mark_alone("no-such-job", c.token)
+
+
+def test_progress_is_fenced_kept_after_the_end_and_cleared_by_requeue(
+    backend: QueueBackend, queue: str
+) -> None:
+    backend.enqueue(job(queue, max_retries=0))
+    c = claim_one(backend, queue, lease=LONG)
+    assert expect(backend.get(c.id), JobStatus.RUNNING).progress is None
+    assert not backend.progress(c.id, "stale-token", JobProgress(1, 10, "nope", at=1.0))
+    assert backend.progress(c.id, c.token, JobProgress(3, 10, "frame 3/10", at=100.0))
+    assert backend.progress(c.id, c.token, JobProgress(4, 10, "frame 4/10", at=101.0))
+    running = expect(backend.get(c.id), JobStatus.RUNNING)
+    assert running.progress == JobProgress(4.0, 10.0, "frame 4/10", 101.0)
+    assert running.progress.fraction == 0.4
+    assert backend.fail(c.id, c.token, b'{"type": "RuntimeError", "message": "boom"}')
+    # the last record stays on the finished job (how far it got), and nothing writes over it
+    failed = expect(backend.get(c.id), JobStatus.FAILED)
+    assert failed.progress == running.progress
+    assert not backend.progress(c.id, c.token, JobProgress(9, 10, "late", at=102.0))
+    assert backend.requeue(c.id)
+    assert expect(backend.get(c.id), JobStatus.QUEUED).progress is None
+    assert not backend.progress("no-such-job", c.token, JobProgress(1))
+
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nrojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+
+
+def test_the_trace_context_travels_with_every_delivery_and_a_bad_one_reads_as_none(
+    backend: QueueBackend, queue: str
+) -> None:
+    # Given a traced job, an untraced one (as an older Foundry wrote them) and a traced
+    # job whose stored context was then overwritten with junk, as a foreign writer could
+    traced, plain, tampered = job(queue, trace=TRACE), job(queue), job(queue, trace=TRACE)
+    backend.enqueue_many([traced, plain])
+    backend.enqueue(tampered)
+    rewrite_job(backend, tampered.id, trace="00-" + "f" * 5000)
+    # When they are claimed, and the traced one is given back and claimed again
+    first = {c.id: c for c in backend.claim(queue, "w-test", lease=LONG, limit=3, timeout=5.0)}
+    assert set(first) == {traced.id, plain.id, tampered.id}
+    assert backend.release(traced.id, first[traced.id].token)
+    again = claim_one(backend, queue)
+    # Then the context comes back as stored on every delivery; the junk is ignored, not fatal
+    assert first[traced.id].trace == TRACE
+    assert (again.id, again.trace) == (traced.id, TRACE)
+    assert first[plain.id].trace is None
+    assert first[tampered.id].trace is None
+    assert backend.complete(tampered.id, first[tampered.id].token, b"1")
+
+
+def test_requeue_forgets_the_deaths(backend: QueueBackend, queue: str) -> None:
+    backend.enqueue(job(queue, max_deliveries=1))
+    c = claim_one(backend, queue, lease=SHORT)
+    assert backend.mark_alone(c.id, c.token)
+    wait_dead(backend, queue, c.id)
+    assert backend.requeue(c.id)
+    again = claim_one(backend, queue, lease=SHORT)
+    assert (again.deliveries, again.suspect) == (1, False)
+    assert backend.mark_alone(again.id, again.token)
+    assert "alone in it, 1 time(s)" in (wait_dead(backend, queue, c.id).dead_reason or "")
 
 
 def test_released_deliveries_do_not_poison_a_job(backend: QueueBackend, queue: str) -> None:
@@ -431,27 +540,175 @@ def test_priorities_order_claims_then_fifo(backend: QueueBackend, queue: str) ->
 def test_cancel_a_queued_job(backend: QueueBackend, queue: str) -> None:
     new = job(queue)
     backend.enqueue(new)
-    assert backend.cancel(new.id)
-    assert backend.cancel(new.id)  # still will not run
-    expect(backend.get(new.id), JobStatus.CANCELLED)
+    assert backend.cancel(new.id) is CancelResult.CANCELLED
+    assert backend.cancel(new.id) is CancelResult.CANCELLED  # still will not run
+    state = expect(backend.get(new.id), JobStatus.CANCELLED)
+    assert state.deliveries == 0
     assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.2) == []
 
 
 def test_cancel_a_delayed_job(backend: QueueBackend, queue: str) -> None:
     new = job(queue, eta=time.time() + 0.5)
     backend.enqueue(new)
-    assert backend.cancel(new.id)
+    assert backend.cancel(new.id) is CancelResult.CANCELLED
     assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=1.0) == []
 
 
-def test_cancel_refuses_a_held_or_finished_job(backend: QueueBackend, queue: str) -> None:
+def test_cancel_of_a_running_job_is_a_request_every_worker_host_sees(
+    open_backend: Callable[[], QueueBackend], queue: str
+) -> None:
+    # Given a job leased by a worker on one connection ("host"), and another running beside it
+    worker, admin = open_backend(), open_backend()
+    worker.enqueue(job(queue))
+    worker.enqueue(job(queue))
+    c, other = worker.claim(queue, "w", lease=LONG, limit=2, timeout=5)
+    assert worker.cancel_requests([c.id, other.id], timeout=0) == []
+    # When somebody else cancels it
+    assert admin.cancel(c.id) is CancelResult.REQUESTED
+    # Then the request is in the store, the job still runs, and its worker is told
+    state = expect(admin.get(c.id), JobStatus.RUNNING)
+    assert state.cancel_requested_at is not None
+    assert worker.cancel_requests([c.id, other.id], timeout=10) == [c.id]
+    assert expect(worker.get(other.id), JobStatus.RUNNING).cancel_requested_at is None
+    # A repeated cancel keeps the first request
+    assert admin.cancel(c.id) is CancelResult.REQUESTED
+    assert expect(admin.get(c.id), JobStatus.RUNNING).cancel_requested_at == state.cancel_requested_at
+    assert worker.heartbeat(c.id, c.token, lease=LONG)  # it is still that worker's to stop
+
+
+def test_a_cancel_request_wakes_a_worker_waiting_for_one(
+    open_backend: Callable[[], QueueBackend], queue: str
+) -> None:
+    worker, admin = open_backend(), open_backend()
+    worker.enqueue(job(queue))
+    c = claim_one(worker, queue)
+    heard: list[list[str]] = []
+    # Given a worker waiting (up to a minute) for a cancel request of the job it runs
+    t = threading.Thread(target=lambda: heard.append(worker.cancel_requests([c.id], timeout=60)))
+    t.start()
+    try:
+        time.sleep(0.2)
+        # When another connection requests it, then the waiter returns with it
+        assert admin.cancel(c.id) is CancelResult.REQUESTED
+    finally:
+        t.join(30)
+    assert not t.is_alive()
+    assert heard == [[c.id]]
+
+
+def test_cancel_requests_waits_at_most_its_timeout(backend: QueueBackend, queue: str) -> None:
     backend.enqueue(job(queue))
     c = claim_one(backend, queue)
-    assert not backend.cancel(c.id)
+    waiting = job(queue)
+    backend.enqueue(waiting)
+    assert backend.cancel_requests([c.id, waiting.id, "no-such-job"], timeout=0.3) == []
+    assert backend.cancel_requests([], timeout=5) == []
+
+
+@pytest.mark.parametrize("end", ["complete", "retry", "dead", "fail", "release"])
+def test_every_end_of_a_delivery_whose_cancel_was_requested_is_cancelled(
+    backend: QueueBackend, queue: str, end: str
+) -> None:
+    # Given a running job, retries left, whose cancel was requested
+    new = job(queue, max_retries=3)
+    backend.enqueue(new)
+    c = claim_one(backend, queue)
+    assert backend.cancel(c.id) is CancelResult.REQUESTED
+    # When its worker ends the delivery in any way
+    error = b'{"type": "foundry.errors.CancelledError", "message": "stopped"}'
+    if end == "complete":
+        assert not backend.complete(c.id, c.token, b'"late result"')  # not recorded: dropped
+    elif end == "retry":
+        assert backend.fail(c.id, c.token, error, retry_at=time.time())
+    elif end == "dead":
+        assert backend.fail(c.id, c.token, error, dead_reason="would have been poison")
+    elif end == "fail":
+        assert backend.fail(c.id, c.token, error)
+    else:
+        assert backend.release(c.id, c.token)
+    # Then it ended cancelled, once: never retried, dead-lettered or delivered again
+    state = expect(backend.wait(c.id, timeout=5), JobStatus.CANCELLED)
+    assert state.result is None
+    assert state.finished_at is not None
+    assert state.dead_reason is None
+    assert (state.error == error) is (end in ("retry", "dead", "fail"))
+    assert backend.claim(queue, "w", lease=LONG, limit=5, timeout=0.3) == []
+    assert [d.id for d in backend.dead_letters(queue)] == []
+    assert not backend.complete(c.id, c.token, b"1")
+    assert not backend.fail(c.id, c.token, b"{}", retry_at=time.time())
+    assert not backend.requeue(c.id)
+    assert backend.cancel(c.id) is CancelResult.CANCELLED
+    expect(backend.get(c.id), JobStatus.CANCELLED)
+
+
+def test_a_lapsed_lease_of_a_job_whose_cancel_was_requested_ends_it_cancelled(
+    backend: QueueBackend, queue: str
+) -> None:
+    # Given a running job whose cancel was requested, and whose worker then died
+    backend.enqueue(job(queue))
+    c = claim_one(backend, queue, lease=1.0)
+    assert backend.cancel(c.id) is CancelResult.REQUESTED
+    # When its lease lapses (claimers put lapsed leases back), then it ends cancelled
+    deadline = time.monotonic() + 15
+    while (state := backend.get(c.id)) is not None and state.status is JobStatus.RUNNING:
+        assert time.monotonic() < deadline, "the lapsed lease was never recovered"
+        assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.3) == []  # never redelivered
+    expect(state, JobStatus.CANCELLED)
+    assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.2) == []
+
+
+def test_cancel_of_a_job_held_by_a_worker_that_is_gone_ends_it_at_once(
+    backend: QueueBackend, queue: str
+) -> None:
+    backend.enqueue(job(queue))
+    c = claim_one(backend, queue, lease=SHORT)
+    time.sleep(SHORT * 2)  # its worker died: the lease lapsed, nobody recovered it yet
+    assert backend.cancel(c.id) is CancelResult.CANCELLED
+    expect(backend.get(c.id), JobStatus.CANCELLED)
+    assert backend.claim(queue, "w", lease=LONG, limit=1, timeout=0.2) == []
+
+
+def test_a_job_that_finished_before_the_cancel_keeps_its_outcome(backend: QueueBackend, queue: str) -> None:
+    for end in ("complete", "fail", "dead"):
+        backend.enqueue(job(queue))
+        c = claim_one(backend, queue)
+        if end == "complete":
+            assert backend.complete(c.id, c.token, b'"done"')
+        else:
+            assert backend.fail(c.id, c.token, b"{}", dead_reason="poison" if end == "dead" else None)
+        assert backend.cancel(c.id) is CancelResult.FINISHED
+        state = backend.get(c.id)
+        assert state is not None
+        assert state.status is {"complete": JobStatus.SUCCEEDED, "fail": JobStatus.FAILED}.get(
+            end, JobStatus.DEAD
+        )
+        assert state.cancel_requested_at is None
+    assert backend.cancel("no-such-job") is CancelResult.UNKNOWN
+
+
+def test_cancel_can_leave_running_jobs_alone(backend: QueueBackend, queue: str) -> None:
+    backend.enqueue(job(queue))
+    c = claim_one(backend, queue)
+    waiting = job(queue)
+    backend.enqueue(waiting)
+    assert backend.cancel(c.id, running=False) is CancelResult.RUNNING
+    assert expect(backend.get(c.id), JobStatus.RUNNING).cancel_requested_at is None
+    assert backend.cancel(waiting.id, running=False) is CancelResult.CANCELLED
     assert backend.complete(c.id, c.token, b"1")
-    assert not backend.cancel(c.id)
-    assert not backend.cancel("no-such-job")
-    expect(backend.get(c.id), JobStatus.SUCCEEDED)
+
+
+def test_a_stale_worker_cannot_end_a_job_whose_cancel_was_requested(
+    backend: QueueBackend, queue: str
+) -> None:
+    backend.enqueue(job(queue))
+    old = claim_one(backend, queue, lease=SHORT)
+    new = claim_until(backend, queue, lambda c: c.id == old.id)
+    assert backend.cancel(new.id) is CancelResult.REQUESTED
+    assert not backend.fail(old.id, old.token, b"{}")
+    assert not backend.release(old.id, old.token)
+    expect(backend.get(new.id), JobStatus.RUNNING)
+    assert backend.fail(new.id, new.token, b"{}", retry_at=time.time())
+    expect(backend.get(new.id), JobStatus.CANCELLED)
 
 
 # -- waiting and results across processes ------------------------------------------------
@@ -558,6 +815,7 @@ BAD_JOBS: list[tuple[str, Any]] = [
     ("timeout", 0),
     ("result_ttl", -5),
     ("payload", "not bytes"),
+    ("trace", "00-not-a-trace-01"),
 ]
 
 
@@ -588,6 +846,8 @@ def test_operations_on_unknown_jobs_change_nothing(backend: QueueBackend) -> Non
     assert not backend.fail("nope", "t", b"{}")
     assert not backend.release("nope", "t")
     assert not backend.requeue("nope")
+    assert backend.cancel("nope") is CancelResult.UNKNOWN
+    assert backend.cancel_requests(["nope"], timeout=0) == []
 
 
 def test_bad_urls_are_config_errors() -> None:

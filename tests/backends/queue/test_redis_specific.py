@@ -4,8 +4,6 @@ worker (the contract itself is checked by ``test_conformance.py``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -15,7 +13,8 @@ from foundry.backends.queue import open_queue_backend
 from foundry.backends.queue.redis import RedisQueue
 from foundry.errors import BackendUnavailableError, ConfigError
 from tests.backends.queue._helpers import LONG, Namespace, assert_a_stop_wakes_a_waiting_claimer, job
-from tests.backends.queue._restart import restart_server, run_through_restart
+from tests.backends.queue._restart import run_through_restart
+from tests.private_servers import PrivateServer, private_server
 from tests.services import require
 
 
@@ -98,30 +97,16 @@ def test_an_unreachable_server_is_a_bounded_backend_unavailable_error() -> None:
         open_queue_backend("redis://127.0.0.1:1/0?reconnect=0.3")
 
 
-def _redis_ready() -> bool:
-    out = subprocess.run(["redis-cli", "ping"], capture_output=True, text=True, timeout=10)
-    return out.stdout.strip() == "PONG"
-
-
-def _restart_redis() -> None:
-    """SHUTDOWN SAVE writes the data set; the new server loads it (the shared CI server
-    runs without persistence, so a plain restart would lose everyone's keys); then the
-    dump is removed so no later restart resurrects it."""
-    try:
-        restart_server(
-            "redis-cli shutdown save",
-            'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
-            "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
-            "redis",
-            _redis_ready,
-        )
-    finally:
-        try:
-            os.unlink("/var/lib/redis/dump.rdb")
-        except OSError:
-            pass
+@pytest.fixture
+def private_redis() -> Iterator[PrivateServer]:
+    """A private ``redis-server`` (never the shared one) that keeps its data set in an
+    append-only file, so a clean restart loses nothing it acknowledged."""
+    with private_server("redis", appendonly=True) as server:
+        yield server
 
 
 @pytest.mark.slow
-def test_a_redis_restart_mid_run_loses_nothing(url: str) -> None:
-    run_through_restart(url, _restart_redis)
+def test_a_redis_restart_mid_run_loses_nothing(private_redis: PrivateServer) -> None:
+    """Redis's durability is the queue's (docs/queue-engines.md): with AOF on, a restart
+    (SIGTERM: Redis fsyncs the AOF and exits; a new process loads it) loses no job."""
+    run_through_restart(f"{private_redis.url}?prefix=fqr{uuid.uuid4().hex[:10]}", private_redis.restart)

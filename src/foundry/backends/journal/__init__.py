@@ -11,6 +11,7 @@ driver only then, so ``import foundry`` needs no database client.
 
 from __future__ import annotations
 
+from foundry.backends.journal._records import set_aside_error, set_aside_reason
 from foundry.backends.journal.base import (
     Clock,
     Entry,
@@ -39,6 +40,8 @@ __all__ = [
     "WorkflowState",
     "WorkflowStatus",
     "open_journal",
+    "set_aside_error",
+    "set_aside_reason",
 ]
 
 

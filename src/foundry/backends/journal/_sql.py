@@ -5,18 +5,40 @@ Statements are written with qmark placeholders (``?``) and ``{wf}``, ``{en}``, `
 for the tables; an engine with another paramstyle gets them rewritten once (``_sql``,
 from :class:`~foundry.backends._sql_common.SqlEngine`). Every write that belongs to a
 run checks the run's lease token in the same transaction (the fence).
+
+Every row read back goes through the typed decoders of ``_records``: a row that is not
+a workflow's is set aside (the workflow ends failed, its reason naming the field) or
+left out of a listing, never an exception that stops a claim for every other workflow.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from foundry.backends._doorbell import Wakeups
-from foundry.backends._sql_common import SqlEngine
+from foundry.backends._records import Fields
+from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, prefix_range
 from foundry.backends.journal._pool import Pool
+from foundry.backends.journal._records import (
+    CLAIMS_MAX,
+    ID_LIMIT,
+    MAX_CRASHES,
+    SUSPECT,
+    TOKEN_MAX,
+    WAKEUPS_MAX,
+    check_new_workflow,
+    crash_error,
+    decode_claim,
+    decode_entry,
+    decode_signal,
+    decode_state,
+    set_aside_error,
+)
 from foundry.backends.journal.base import (
     ACTIVE,
     Beat,
@@ -37,10 +59,13 @@ from foundry.errors import (
     BackendUnavailableError,
     ConfigError,
     LeaseLostError,
+    MalformedRecordError,
     NotFoundError,
     SubmitError,
     WorkflowFinishedError,
 )
+
+log = logging.getLogger("foundry.journal")
 
 _HELD_WORTH_GIVING_BACK = 1.0  # seconds a transactional step held its row (see record_transactional)
 
@@ -49,11 +74,11 @@ WF_COLS = (
     "wake_at, cancel_requested, compensation, claims, "
     "(SELECT COALESCE(MAX(e.pos) + 1, 0) FROM {en} e WHERE e.workflow_id = {wf}.id), "
     "current_step, step_started_at, "
-    "wakeups, created_at, updated_at, finished_at"
+    "wakeups, created_at, updated_at, finished_at, deadline, published, origin"
 )
 CLAIM_COLS = (
     "id, name, token, lease_until, status, args, codec, parent_id, parent_pos, cancel_requested, "
-    "wakeups, claims"
+    "wakeups, claims, alone, crashes, deadline, trace"
 )
 ENTRY_COLS = "pos, kind, name, status, result, error, attempts, started_at, finished_at, wake_at, ref, detail"
 _ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE) + ")"
@@ -88,7 +113,13 @@ CREATE TABLE IF NOT EXISTS {wf} (
     wakeups {bigint} NOT NULL,
     created_at {real} NOT NULL,
     updated_at {real} NOT NULL,
-    finished_at {real}
+    finished_at {real},
+    alone {bigint} NOT NULL DEFAULT 0,
+    crashes INTEGER NOT NULL DEFAULT 0,
+    deadline {real},
+    published {blob},
+    origin TEXT,
+    trace TEXT -- the W3C trace context it was started in (foundry.tracecontext)
 );
 CREATE INDEX IF NOT EXISTS {wf}_due ON {wf} (wake_at, created_at)
     WHERE status IN ('pending', 'running', 'waiting', 'compensating');
@@ -121,68 +152,19 @@ CREATE TABLE IF NOT EXISTS {sg} (
 CREATE INDEX IF NOT EXISTS {sg}_inbox ON {sg} (workflow_id, name, seq);
 """
 
-
-def state_from_row(row: Sequence[Any]) -> WorkflowState:
-    return WorkflowState(
-        id=row[0],
-        name=row[1],
-        status=WorkflowStatus(row[2]),
-        codec=row[3],
-        args=bytes(row[4]) if row[4] is not None else b"",
-        result=None if row[5] is None else bytes(row[5]),
-        error=None if row[6] is None else bytes(row[6]),
-        parent_id=row[7],
-        parent_position=row[8],
-        owner=row[9],
-        token=int(row[10]),
-        lease_until=float(row[11]),
-        wake_at=float(row[12]),
-        cancel_requested=bool(row[13]),
-        compensation=row[14] or "",
-        claims=int(row[15]),
-        position=int(row[16]),
-        current_step=row[17],
-        step_started_at=row[18],
-        wakeups=int(row[19]),
-        created_at=float(row[20]),
-        updated_at=float(row[21]),
-        finished_at=row[22],
-    )
-
-
-def claim_from_row(row: Sequence[Any], *, fresh: bool = False) -> Claim:
-    return Claim(
-        id=row[0],
-        name=row[1],
-        token=int(row[2]),
-        lease_until=float(row[3]),
-        status=WorkflowStatus(row[4]),
-        args=bytes(row[5]) if row[5] is not None else b"",
-        codec=row[6],
-        parent_id=row[7],
-        parent_position=row[8],
-        cancel_requested=bool(row[9]),
-        wakeups=int(row[10]),
-        claims=int(row[11]),
-        fresh=fresh,
-    )
-
-
-def entry_from_row(row: Sequence[Any]) -> Entry:
-    return Entry(
-        position=int(row[0]),
-        kind=row[1],
-        name=row[2],
-        status=row[3],
-        result=None if row[4] is None else bytes(row[4]),
-        error=None if row[5] is None else bytes(row[5]),
-        attempts=int(row[6]),
-        started_at=float(row[7]),
-        finished_at=row[8],
-        wake_at=row[9],
-        ref=row[10],
-        detail=row[11],
-    )
+# Columns added after the first release, added to older tables when a journal opens
+# (``alone``: 0, ``SUSPECT``, or the token of a run marked alone; ``crashes``: see
+# ``MAX_CRASHES``; ``deadline``: the workflow's timeout as a time; ``published``: its
+# queryable state; ``origin``: the run it was forked from; ``trace``: the W3C trace context it
+# was started in).
+ADDED_COLUMNS = (
+    ("alone", "{bigint} NOT NULL DEFAULT 0"),
+    ("crashes", "INTEGER NOT NULL DEFAULT 0"),
+    ("deadline", "{real}"),
+    ("published", "{blob}"),
+    ("origin", "TEXT"),
+    ("trace", "TEXT"),
+)
 
 
 def entry_params(workflow_id: str, e: Entry) -> tuple[Any, ...]:
@@ -312,6 +294,9 @@ class SqlJournal(SqlEngine):
     dialect: ClassVar[str] = "sql"
     begin_sql: ClassVar[str] = "BEGIN"
     skip_locked: ClassVar[str] = ""
+    # How a claim names a row: its id, or (SQLite) the rowid, since a row set aside may be
+    # one whose id is what is broken (text that is not UTF-8 cannot be bound back).
+    row_key: ClassVar[str] = "id"
     _pool: Pool[Any]  # set by the engine before first use
     types: ClassVar[dict[str, str]]  # column types of the engine, for DDL
     # Check a run's token inside its write transaction, so no claim commits in between.
@@ -359,9 +344,20 @@ class SqlJournal(SqlEngine):
             for statement in text.split(";"):
                 if statement.strip():
                     c.conn.execute(statement)
+            have = self._columns(c)
+            for (
+                name,
+                kind,
+            ) in ADDED_COLUMNS:  # to a table made by an older Foundry (ALTER locks it: only then)
+                if name not in have:
+                    c.conn.execute(f"ALTER TABLE {self.wf} ADD COLUMN {name} {kind.format(**self.types)}")
 
     def _prepare_schema(self, c: Cursor) -> None:
         """Engine hook run first in the schema transaction."""
+
+    def _columns(self, c: Cursor) -> set[str]:
+        """The columns the workflows table has (engine hook)."""
+        raise NotImplementedError
 
     def _told(self, returning: str = "", *, when: str | None = None) -> str:
         """The ``RETURNING`` clause of an autocommit statement that rings: ``returning``
@@ -394,13 +390,13 @@ class SqlJournal(SqlEngine):
         row = c.one(self.fence_sql, (workflow_id, token))
         if row is None:
             raise self._fenced(c, workflow_id, token, what)
-        return bool(row[0])
+        return Fields(workflow_id).flag("cancel_requested", row[0])
 
     def _entry_at(self, c: Cursor, workflow_id: str, position: int) -> Entry | None:
         row = c.one(
             f"SELECT {ENTRY_COLS} FROM {{en}} WHERE workflow_id = ? AND pos = ?", (workflow_id, position)
         )
-        return None if row is None else entry_from_row(row)
+        return None if row is None else decode_entry(workflow_id, row)
 
     def _upsert(self, c: Cursor, workflow_id: str, entry: Entry) -> bool:
         n = c.run(
@@ -413,40 +409,59 @@ class SqlJournal(SqlEngine):
     # -- the contract ------------------------------------------------------------
 
     def start(self, wf: NewWorkflow, *, owner: str | None = None, lease: float = 30.0) -> Started:
+        check_new_workflow(wf)
         now = self._now()
         claimed = owner is not None
-        token, lease_until, claims = (1, now + lease, 1) if claimed else (0, 0.0, 0)
-        status = "running" if claimed else "pending"
+        lease_until = now + lease if claimed else 0.0
         with self._auto() as c:
-            created = (
-                c.run(
-                    "INSERT INTO {wf} (id, name, status, codec, args, parent_id, parent_pos, owner, token, "
-                    "lease_until, wake_at, cancel_requested, compensation, claims, wakeups, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, 0, ?, ?) "
-                    "ON CONFLICT (id) DO NOTHING" + ("" if claimed else self._told()),
-                    (
-                        wf.id,
-                        wf.name,
-                        status,
-                        wf.codec,
-                        wf.args,
-                        wf.parent_id,
-                        wf.parent_position,
-                        owner,
-                        token,
-                        lease_until,
-                        claims,
-                        now,
-                        now,
-                    ),
-                )
-                > 0
-            )
+            created = self._insert(c, wf, now, owner, lease_until)
             if not created:
                 row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (wf.id,))
-                return Started(state_from_row(row), created=False, claim=None)
+                return Started(decode_state(row), created=False, claim=None)
             if not claimed:
                 c.ring()  # a new claimable workflow: wake the workers
+        return self._started(wf, now, owner, lease_until)
+
+    def _insert(self, c: Cursor, wf: NewWorkflow, now: float, owner: str | None, lease_until: float) -> bool:
+        """Insert the row of ``wf`` unless its id exists; whether it did."""
+        claimed = owner is not None
+        token, claims = (1, 1) if claimed else (0, 0)
+        deadline = None if wf.timeout is None else now + wf.timeout
+        return (
+            c.run(
+                "INSERT INTO {wf} (id, name, status, codec, args, parent_id, parent_pos, owner, token, "
+                "lease_until, wake_at, cancel_requested, compensation, claims, wakeups, "
+                "created_at, updated_at, deadline, origin, trace) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, 0, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO NOTHING" + ("" if claimed else self._told()),
+                (
+                    wf.id,
+                    wf.name,
+                    "running" if claimed else "pending",
+                    wf.codec,
+                    wf.args,
+                    wf.parent_id,
+                    wf.parent_position,
+                    owner,
+                    token,
+                    lease_until,
+                    claims,
+                    now,
+                    now,
+                    deadline,
+                    wf.origin,
+                    wf.trace,
+                ),
+            )
+            > 0
+        )
+
+    def _started(self, wf: NewWorkflow, now: float, owner: str | None, lease_until: float) -> Started:
+        """What ``start`` returns for the workflow it just created."""
+        claimed = owner is not None
+        token, claims = (1, 1) if claimed else (0, 0)
+        status = "running" if claimed else "pending"
+        deadline = None if wf.timeout is None else now + wf.timeout
         state = WorkflowState(
             id=wf.id,
             name=wf.name,
@@ -471,6 +486,8 @@ class SqlJournal(SqlEngine):
             created_at=now,
             updated_at=now,
             finished_at=None,
+            deadline=deadline,
+            origin=wf.origin,
         )
         claim = None
         if owner:
@@ -488,13 +505,24 @@ class SqlJournal(SqlEngine):
                 wakeups=0,
                 claims=1,
                 fresh=True,
+                deadline=deadline,
+                trace=wf.trace,
             )
         return Started(state, created=True, claim=claim)
 
+    # The counters stop short of their limits (``_records``): a counter someone set to the
+    # database's maximum must not make the claim of every workflow fail with an overflow.
+    # A claim that finds an owner still set finds a run that ended without an outcome: a
+    # suspect (``alone`` = SUSPECT), and a crash if that run was marked alone (``alone`` =
+    # its token). Every expression reads the row as it was before the claim.
     _CLAIM_SET = (
-        "SET owner = ?, token = token + 1, lease_until = ?, claims = claims + 1, wake_at = 0, "
-        "status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END, "
-        "current_step = NULL, step_started_at = NULL, updated_at = ? "
+        f"SET owner = ?, token = CASE WHEN token < {TOKEN_MAX} THEN token + 1 ELSE token END, "
+        f"lease_until = ?, claims = CASE WHEN claims < {CLAIMS_MAX} THEN claims + 1 ELSE claims END, "
+        "wake_at = 0, status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END, "
+        "current_step = NULL, step_started_at = NULL, updated_at = ?, "
+        f"crashes = CASE WHEN owner IS NOT NULL AND alone = token AND crashes < {CLAIMS_MAX} "
+        "THEN crashes + 1 ELSE crashes END, "
+        f"alone = CASE WHEN owner IS NOT NULL THEN {SUSPECT} ELSE 0 END "
     )
 
     def claim(
@@ -505,35 +533,59 @@ class SqlJournal(SqlEngine):
         now = self._now()
         name_list = sorted(names) if names is not None else []
         name_sql = f" AND name IN ({', '.join('?' * len(name_list))})" if name_list else ""
+        key = self.row_key
         with self._tx() as c:
-            ids = [
+            keys = [
                 r[0]
                 for r in c.all(
-                    f"SELECT id FROM {{wf}} WHERE status IN {_ACTIVE_SQL} AND lease_until <= ? "
+                    f"SELECT {key} FROM {{wf}} WHERE status IN {_ACTIVE_SQL} AND lease_until <= ? "
                     f"AND wake_at <= ?{name_sql} ORDER BY wake_at, created_at LIMIT ?{self.skip_locked}",
                     (now, now, *name_list, limit),
                 )
             ]
-            if not ids:
+            if not keys:
                 return []
             rows = c.all(
-                f"UPDATE {{wf}} {self._CLAIM_SET}WHERE id IN ({', '.join('?' * len(ids))}) "
-                f"RETURNING {CLAIM_COLS}",
-                (owner, now + lease, now, *ids),
+                f"UPDATE {{wf}} {self._CLAIM_SET}WHERE {key} IN ({', '.join('?' * len(keys))}) "
+                f"RETURNING {key}, {CLAIM_COLS}",
+                (owner, now + lease, now, *keys),
             )
-        claims = [claim_from_row(r) for r in rows]
-        claims.sort(key=lambda cl: ids.index(cl.id))
-        return claims
+            order = {k: i for i, k in enumerate(keys)}
+            claims: list[tuple[int, Claim]] = []
+            for row in rows:
+                try:
+                    claim = decode_claim(row[1:])
+                except MalformedRecordError as exc:  # set aside in this transaction; claim the rest
+                    self._set_aside(c, row[0], set_aside_error(exc), now, str(exc))
+                    continue
+                if claim.crashes >= MAX_CRASHES:
+                    self._set_aside(c, row[0], crash_error(claim), now, "it killed its worker")
+                    continue
+                claims.append((order.get(row[0], 0), claim))
+        claims.sort(key=lambda pair: pair[0])
+        return [claim for _, claim in claims]
 
     def claim_one(self, workflow_id: str, owner: str, *, lease: float) -> Claim | None:
         now = self._now()
         with self._auto() as c:
             row = c.one(
                 f"UPDATE {{wf}} {self._CLAIM_SET}WHERE id = ? AND status IN {_ACTIVE_SQL} "
-                f"AND lease_until <= ? AND wake_at <= ? RETURNING {CLAIM_COLS}",
+                f"AND lease_until <= ? AND wake_at <= ? RETURNING {self.row_key}, {CLAIM_COLS}",
                 (owner, now + lease, now, workflow_id, now, now),
             )
-        return None if row is None else claim_from_row(row)
+        if row is None:
+            return None
+        try:
+            claim = decode_claim(row[1:])
+        except MalformedRecordError as exc:  # leased to us just now: nobody else writes it meanwhile
+            error, why = set_aside_error(exc), str(exc)
+        else:
+            if claim.crashes < MAX_CRASHES:
+                return claim
+            error, why = crash_error(claim), "it killed its worker"
+        with self._tx() as c:
+            self._set_aside(c, row[0], error, now, why)
+        return None
 
     def heartbeat(
         self,
@@ -563,7 +615,7 @@ class SqlJournal(SqlEngine):
                 row = c.one(f"SELECT cancel_requested FROM {{wf}} WHERE {live}", (workflow_id, token))
         if row is None:
             return Beat(alive=False, cancel_requested=False)
-        return Beat(alive=True, cancel_requested=bool(row[0]))
+        return Beat(alive=True, cancel_requested=Fields(workflow_id).flag("cancel_requested", row[0]))
 
     def load(self, workflow_id: str) -> tuple[WorkflowState, list[Entry]]:
         with self._tx() as c:
@@ -576,7 +628,10 @@ class SqlJournal(SqlEngine):
             rows = c.all(
                 f"SELECT {ENTRY_COLS} FROM {{en}} WHERE workflow_id = ? ORDER BY pos", (workflow_id,)
             )
-        return state_from_row(row), [entry_from_row(r) for r in rows]
+        state = decode_state(row)
+        if not state.status.finished:  # a run replays them: each must be what Foundry wrote
+            return state, [decode_entry(workflow_id, r) for r in rows]
+        return state, self._readable(rows, lambda r: decode_entry(workflow_id, r), "its history")
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
         with self._tx() as c:
@@ -597,7 +652,8 @@ class SqlJournal(SqlEngine):
             if existing is not None and existing.final:
                 return Recorded(existing, written=False, cancel_requested=cancel)
             try:
-                entry = work(UserTx(self, c.conn))
+                with self._user_view(c.conn):
+                    entry = work(UserTx(self, c.conn))
             except BaseException as exc:
                 if isinstance(exc, Exception) and self._connection_lost(c.conn):
                     # The server dropped the journal's own connection under the step (a
@@ -636,6 +692,11 @@ class SqlJournal(SqlEngine):
     def _in_transaction(self, conn: Any) -> bool:
         raise NotImplementedError
 
+    def _user_view(self, conn: Any) -> AbstractContextManager[Any]:
+        """The connection as a transactional step sees it (the driver's defaults: an
+        engine that reads the journal's own rows otherwise restores them here)."""
+        return nullcontext()
+
     def _connection_lost(self, conn: Any) -> bool:
         """Did the server drop ``conn`` (so its transaction is gone)? Engine hook."""
         return False
@@ -654,17 +715,20 @@ class SqlJournal(SqlEngine):
             )
             if sig is None:
                 return None
-            c.run("UPDATE {sg} SET consumed_pos = ? WHERE seq = ?", (position, sig[0]))
+            f = Fields(f"signal #{sig[0]!r} of {workflow_id}")
+            seq = f.integer("seq", sig[0], low=1, high=2**63 - 1)
+            payload = f.blob("payload", sig[1])
+            c.run("UPDATE {sg} SET consumed_pos = ? WHERE seq = ?", (position, seq))
             entry = Entry(
                 position=position,
                 kind="signal",
                 name=name,
                 status=EntryStatus.OK,
-                result=bytes(sig[1]),
+                result=payload,
                 started_at=existing.started_at if existing else now,
                 finished_at=now,
                 wake_at=existing.wake_at if existing else None,
-                detail=f"signal #{sig[0]}",
+                detail=f"signal #{seq}",
             )
             self._upsert(c, workflow_id, entry)
         return Recorded(entry, written=True, cancel_requested=cancel)
@@ -674,22 +738,36 @@ class SqlJournal(SqlEngine):
     ) -> None:
         now = self._now()
         with self._auto() as c:
+            # Never parked past its deadline: the claim that finds it then times it out.
             row = c.one(
-                "UPDATE {wf} SET status = 'waiting', owner = NULL, lease_until = 0, "
-                "wake_at = CASE WHEN wakeups <> ? THEN 0 ELSE ? END, current_step = ?, "
+                "UPDATE {wf} SET status = 'waiting', owner = NULL, lease_until = 0, crashes = 0, "
+                "wake_at = CASE WHEN wakeups <> ? THEN 0 WHEN deadline IS NOT NULL AND deadline < ? "
+                "THEN deadline ELSE ? END, current_step = ?, "
                 "step_started_at = ?, updated_at = ? WHERE id = ? AND token = ?"
                 + self._told("wake_at", when="wake_at <= updated_at"),
-                (seen_wakeups, wake_at, current_step, now, now, workflow_id, token),
+                (seen_wakeups, wake_at, wake_at, current_step, now, now, workflow_id, token),
             )
             if row is None:
                 raise self._fenced(c, workflow_id, token, "suspension")
             if float(row[0]) <= now:
                 c.ring()  # woken while it parked: claimable at once
 
-    def release(self, workflow_id: str, token: int) -> bool:
+    def mark_alone(self, workflow_id: str, token: int) -> bool:
         with self._auto() as c:
             n = c.run(
-                "UPDATE {wf} SET owner = NULL, lease_until = 0, updated_at = ? WHERE id = ? AND token = ? "
+                "UPDATE {wf} SET alone = token WHERE id = ? AND token = ? AND owner IS NOT NULL "
+                "AND status IN ('running', 'compensating')",
+                (workflow_id, token),
+            )
+        return n > 0
+
+    def release(self, workflow_id: str, token: int, *, suspect: bool = False) -> bool:
+        # A suspect keeps its owner: the next claim still finds a run that ended without an
+        # outcome (and, not marked alone, charges nobody).
+        owner = "" if suspect else "owner = NULL, "
+        with self._auto() as c:
+            n = c.run(
+                f"UPDATE {{wf}} SET {owner}lease_until = 0, updated_at = ? WHERE id = ? AND token = ? "
                 f"AND status IN {_ACTIVE_SQL}" + self._told(),
                 (self._now(), workflow_id, token),
             )
@@ -706,6 +784,35 @@ class SqlJournal(SqlEngine):
             )
             if n == 0:
                 raise self._fenced(c, workflow_id, token, "compensation start")
+
+    def publish(self, workflow_id: str, token: int, state: bytes) -> None:
+        with self._auto() as c:
+            n = c.run(
+                "UPDATE {wf} SET published = ?, updated_at = ? WHERE id = ? AND token = ?",
+                (state, self._now(), workflow_id, token),
+            )
+            if n == 0:
+                raise self._fenced(c, workflow_id, token, "published state")
+
+    def fork(self, source_id: str, wf: NewWorkflow, *, upto: int) -> Started:
+        check_new_workflow(wf)
+        now = self._now()
+        with self._tx() as c:
+            if c.one("SELECT 1 FROM {wf} WHERE id = ?", (source_id,)) is None:
+                raise NotFoundError(
+                    f"no workflow with id {source_id!r} in journal {self.shown} to fork. "
+                    "Fix: check the id with `foundry workflows list`"
+                )
+            if not self._insert(c, wf, now, None, 0.0):
+                row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (wf.id,))
+                return Started(decode_state(row), created=False, claim=None)
+            c.run(
+                f"INSERT INTO {{en}} (workflow_id, {ENTRY_COLS}) SELECT ?, {ENTRY_COLS} FROM {{en}} "
+                "WHERE workflow_id = ? AND pos < ?",
+                (wf.id, source_id, upto),
+            )
+            c.ring()  # a new claimable workflow: wake the workers
+        return self._started(wf, now, None, 0.0)
 
     def finish(
         self,
@@ -724,58 +831,99 @@ class SqlJournal(SqlEngine):
                 "UPDATE {wf} SET status = ?, result = ?, error = ?, compensation = ?, owner = NULL, "
                 "lease_until = 0, wake_at = 0, current_step = NULL, step_started_at = NULL, "
                 f"finished_at = ?, updated_at = ? WHERE id = ? AND token = ?{guard} "
-                "RETURNING parent_id, parent_pos",
+                "RETURNING id, parent_id, parent_pos",
                 (status.value, result, error, compensation, now, now, workflow_id, token),
             )
             if row is None:
                 if guard and c.one("SELECT 1 FROM {wf} WHERE id = ? AND token = ?", (workflow_id, token)):
                     return False  # a cancellation was requested first
                 raise self._fenced(c, workflow_id, token, f"outcome ({status.value})")
-            parent_id, parent_pos = row
-            if parent_id is not None and parent_pos is not None:
-                ok = status == WorkflowStatus.SUCCEEDED
-                c.run(
-                    "UPDATE {en} SET status = ?, result = ?, error = ?, finished_at = ? WHERE "
-                    "workflow_id = ? AND pos = ? AND kind = 'child' AND detail = ? AND status = 'waiting'",
-                    (
-                        "ok" if ok else "error",
-                        result if ok else None,
-                        None if ok else error,
-                        now,
-                        parent_id,
-                        parent_pos,
-                        workflow_id,
-                    ),
-                )
-                self._wake(c, [parent_id], now)
+            self._resolve_parent(c, row, status == WorkflowStatus.SUCCEEDED, result, error, now)
             c.ring()  # its result, and its parent
         return True
 
+    def _resolve_parent(
+        self, c: Cursor, child: Sequence[Any], ok: bool, result: bytes | None, error: bytes | None, now: float
+    ) -> None:
+        """Resolve the waiting ``child`` entry of the parent of the workflow that just
+        finished (``child``: its ``id, parent_id, parent_pos``) and wake the parent."""
+        f = Fields(child[0])
+        try:
+            child_id = f.name("id", child[0], limit=ID_LIMIT)
+            parent_id = f.optional_name("parent_id", child[1], limit=ID_LIMIT)
+            parent_pos = f.optional_integer("parent_pos", child[2])
+        except MalformedRecordError as exc:
+            log.warning("journal %s: %s; no parent is told that this workflow finished", self.shown, exc)
+            return
+        if parent_id is None or parent_pos is None:
+            return
+        c.run(
+            "UPDATE {en} SET status = ?, result = ?, error = ?, finished_at = ? WHERE "
+            "workflow_id = ? AND pos = ? AND kind = 'child' AND detail = ? AND status = 'waiting'",
+            (
+                "ok" if ok else "error",
+                result if ok else None,
+                None if ok else error,
+                now,
+                parent_id,
+                parent_pos,
+                child_id,
+            ),
+        )
+        self._wake(c, [parent_id], now)
+
+    def _set_aside(self, c: Cursor, key: Any, error: bytes, now: float, why: str) -> None:
+        """End the workflow at row ``key`` (``row_key``) failed with the error record
+        ``error`` — the journal's dead letter — and resolve its parent's wait, in the
+        caller's transaction; ``why`` is logged."""
+        log.warning("journal %s: %s; the workflow is set aside (failed)", self.shown, why)
+        row = c.one(
+            "UPDATE {wf} SET status = 'failed', result = NULL, error = ?, owner = NULL, lease_until = 0, "
+            "wake_at = 0, current_step = NULL, step_started_at = NULL, finished_at = ?, updated_at = ? "
+            f"WHERE {self.row_key} = ? RETURNING id, parent_id, parent_pos",
+            (error, now, now, key),
+        )
+        if row is not None:
+            self._resolve_parent(c, row, False, None, error, now)
+        c.ring()  # its submitter waits for its outcome
+
+    def _readable(self, rows: list[Any], decode: Callable[[Any], Any], what: str) -> list[Any]:
+        """The rows a reader only shows, decoded; a malformed one is left out with a warning
+        naming it (one bad record must not hide the others)."""
+        out = []
+        for row in rows:
+            try:
+                out.append(decode(row))
+            except MalformedRecordError as exc:
+                log.warning("journal %s: %s; left out of %s", self.shown, exc, what)
+        return out
+
     def _wake(self, c: Cursor, ids: Sequence[str], now: float, *, cancel: bool = False) -> None:
         c.run(
-            f"UPDATE {{wf}} SET wakeups = wakeups + 1, updated_at = ?, "
+            f"UPDATE {{wf}} SET wakeups = CASE WHEN wakeups < {WAKEUPS_MAX} THEN wakeups + 1 "
+            "ELSE wakeups END, updated_at = ?, "
             f"{'cancel_requested = 1, ' if cancel else ''}"
             "wake_at = CASE WHEN status = 'waiting' THEN 0 ELSE wake_at END "
             f"WHERE id IN ({', '.join('?' * len(ids))}) AND status IN {_ACTIVE_SQL}",
             (now, *ids),
         )
 
-    def _active_status(self, c: Cursor, workflow_id: str) -> str:
+    def _active_status(self, c: Cursor, workflow_id: str) -> WorkflowStatus:
         row = c.one("SELECT status FROM {wf} WHERE id = ?", (workflow_id,))
         if row is None:
             raise NotFoundError(
                 f"no workflow with id {workflow_id!r} in journal {self.shown}. "
                 "Fix: check the id with `foundry workflows list`"
             )
-        return str(row[0])
+        return Fields(workflow_id).member("status", row[0], WorkflowStatus, "a workflow status")
 
     def signal(self, workflow_id: str, name: str, payload: bytes) -> int:
         now = self._now()
         with self._tx() as c:
             status = self._active_status(c, workflow_id)
-            if WorkflowStatus(status).finished:
+            if status.finished:
                 raise WorkflowFinishedError(
-                    f"workflow {workflow_id!r} already finished ({status}); signal {name!r} was not "
+                    f"workflow {workflow_id!r} already finished ({status.value}); signal {name!r} was not "
                     "delivered and its journal is unchanged. Fix: signal a running workflow, or start a "
                     "new one"
                 )
@@ -790,26 +938,39 @@ class SqlJournal(SqlEngine):
     def request_cancel(self, workflow_id: str) -> bool:
         now = self._now()
         with self._tx() as c:
-            if WorkflowStatus(self._active_status(c, workflow_id)).finished:
+            if self._active_status(c, workflow_id).finished:
                 return False
             ids = [workflow_id]
             while ids:
                 self._wake(c, ids, now, cancel=True)
-                ids = [
-                    r[0]
-                    for r in c.all(
+                ids = self._readable(
+                    c.all(
                         f"SELECT id FROM {{wf}} WHERE parent_id IN ({', '.join('?' * len(ids))}) "
                         f"AND status IN {_ACTIVE_SQL} AND cancel_requested = 0",
                         tuple(ids),
-                    )
-                ]
+                    ),
+                    lambda r: Fields(r[0]).name("id", r[0], limit=ID_LIMIT),
+                    "the cancellation (a child)",
+                )
             c.ring()
         return True
+
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` ids of workflows that begin with ``prefix``, in id order
+        (``foundry workflows show`` of a short id): a range over the primary key."""
+        if not prefix:
+            return []
+        with self._auto() as c:
+            rows = c.all(
+                f"SELECT id FROM {{wf}} WHERE {PREFIX_SQL} ORDER BY id LIMIT ?",
+                (*prefix_range(prefix), limit),
+            )
+        return [row[0] for row in rows if isinstance(row[0], str) and row[0].startswith(prefix)]
 
     def get(self, workflow_id: str) -> WorkflowState | None:
         with self._auto() as c:
             row = c.one(f"SELECT {WF_COLS} FROM {{wf}} WHERE id = ?", (workflow_id,))
-        return None if row is None else state_from_row(row)
+        return None if row is None else decode_state(row)
 
     def workflows(
         self,
@@ -831,7 +992,7 @@ class SqlJournal(SqlEngine):
                 f"SELECT {WF_COLS} FROM {{wf}}{clause} ORDER BY created_at DESC, id LIMIT ?",
                 (*params, limit),
             )
-        return [state_from_row(r) for r in rows]
+        return self._readable(rows, decode_state, "the listing")
 
     def signals(self, workflow_id: str) -> list[SignalRecord]:
         with self._auto() as c:
@@ -840,24 +1001,18 @@ class SqlJournal(SqlEngine):
                 "WHERE workflow_id = ? ORDER BY seq",
                 (workflow_id,),
             )
-        return [SignalRecord(int(r[0]), r[1], r[2], bytes(r[3]), float(r[4]), r[5]) for r in rows]
+        return self._readable(rows, decode_signal, "the inbox")
 
     def purge(self, finished_before: float) -> int:
+        # In SQL, not by the ids read back: an id someone damaged cannot be bound again.
+        gone = "finished_at IS NOT NULL AND finished_at < ?"
         with self._tx() as c:
-            ids = [
-                r[0]
-                for r in c.all(
-                    "SELECT id FROM {wf} WHERE finished_at IS NOT NULL AND finished_at < ?",
+            for table in ("{en}", "{sg}"):
+                c.run(
+                    f"DELETE FROM {table} WHERE workflow_id IN (SELECT id FROM {{wf}} WHERE {gone})",
                     (finished_before,),
                 )
-            ]
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                marks = ", ".join("?" * len(chunk))
-                c.run(f"DELETE FROM {{en}} WHERE workflow_id IN ({marks})", chunk)
-                c.run(f"DELETE FROM {{sg}} WHERE workflow_id IN ({marks})", chunk)
-                c.run(f"DELETE FROM {{wf}} WHERE id IN ({marks})", chunk)
-        return len(ids)
+            return c.run(f"DELETE FROM {{wf}} WHERE {gone}", (finished_before,))
 
     def close(self) -> None:
         raise NotImplementedError

@@ -39,8 +39,44 @@ workflow, one row of state and an append-only list of :class:`Entry` records ind
   descendants) and wakes it; the run observes the flag at its next durable call and
   compensates. ``finish(SUCCEEDED)`` refuses (returns ``False``) when a cancellation was
   requested first, so an accepted cancel always ends in ``cancelled``.
+* **A suspect runs alone; only a workflow that ran alone is charged with its worker's
+  death.** A claim that finds the previous claim's lease lapsed with its owner still set
+  (the worker died or hung holding it) returns ``Claim.suspect``: the workflow may be what
+  killed that worker, or merely have shared it. A worker runs a suspect with nothing else
+  and says so first (``mark_alone``); when the lease of a run marked so lapses, the next
+  claim counts a crash, and at ``MAX_CRASHES`` (3) it sets the workflow aside — ended
+  ``failed``, its error saying its worker died while it ran alone that many times —
+  instead of handing it out again. A lapse of any other run is not counted, so a healthy
+  workflow that shared a worker with a poison one is never charged. ``suspend`` clears
+  the count (the workflow made progress); ``release(..., suspect=True)`` hands a suspect
+  back unrun and still a suspect.
+* **Malformed rows are set aside, never run.** A row that is not what Foundry writes
+  (see ``_records``: written by something else, or altered) ends its workflow ``failed``
+  with a :class:`~foundry.errors.MalformedRecordError` naming the field as its error, when
+  a claim meets it or a run reads it; a listing leaves it out with a warning; ``get``
+  raises that error for it until it is set aside (then it is read leniently, so that its
+  reason shows). The other workflows of a claim are handed out as usual.
 * **Finishing a child resolves its parent.** ``finish`` of a workflow started by a parent
   resolves the parent's waiting ``child`` entry and wakes the parent, in the same commit.
+* **A workflow's deadline is a timer in the store.** ``start`` of a ``NewWorkflow`` with a
+  ``timeout`` stores ``deadline`` = now + timeout (the journal's clock), returned in every
+  ``WorkflowState`` and ``Claim``; ``suspend`` never parks a workflow past its deadline
+  (``wake_at`` = min(wake_at, deadline)), so whoever claims it next — the worker that
+  started the timer, or any other once that one's lease lapsed — finds it expired. The
+  run that finds it so ends it ``timed_out`` (a finished status, like ``failed``).
+* **Published state is read without touching the run.** ``publish`` (fenced, like every
+  write of a run) replaces the workflow's published state (``WorkflowState.published``,
+  JSON bytes); reading it is a plain read of the row (``get``): a query never changes the
+  workflow, never wakes it and never waits for its worker.
+* **A fork copies a prefix of a history.** ``fork`` creates a new workflow (pending, with
+  ``origin`` saying where it came from) whose entries are the source's entries before
+  ``upto``, in one transaction; the source is unchanged. It is how a finished run is
+  reset to a completed step: the new run replays what it copied and runs the rest.
+
+* **The trace context travels with the workflow.** ``NewWorkflow.trace`` (a W3C trace
+  context, ``foundry.tracecontext``) is stored with the workflow and handed out on every
+  ``Claim`` of it, each resumption included; a row without one (an older Foundry's) or
+  with a value that is not a trace context reads as ``None``, never as malformed.
 
 * **Waiters are woken, the journal stays the truth.** ``changes`` (:class:`Changes`) wakes
   a waiter after a commit that may end its wait: a workflow started without an owner, a
@@ -50,7 +86,8 @@ workflow, one row of state and an append-only list of :class:`Entry` records ind
   lost one costs latency, never correctness. ``changes.cross_process`` says whether
   other processes' commits wake it too (SQLite on Linux: the doorbell; PostgreSQL:
   ``NOTIFY`` in the commit and a ``LISTEN`` thread while somebody waits); when not, the
-  caller polls as before.
+  caller polls as before. ``wait_async`` is the same wait for a coroutine: it holds no
+  thread, and the wake-up reaches its loop through ``call_soon_threadsafe``.
 
 Every method may raise :class:`~foundry.errors.BackendUnavailableError` when the database
 cannot be reached and :class:`~foundry.errors.BackendError` for other database failures;
@@ -71,6 +108,7 @@ from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "ACTIVE",
+    "FINISHED",
     "Beat",
     "Changes",
     "Claim",
@@ -99,10 +137,16 @@ class WorkflowStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"  # its deadline (``timeout=``) passed; its completed steps were undone
 
     @property
     def finished(self) -> bool:
-        return self in (WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+        return self in FINISHED
+
+
+FINISHED: frozenset[WorkflowStatus] = frozenset(
+    {WorkflowStatus.SUCCEEDED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED, WorkflowStatus.TIMED_OUT}
+)
 
 
 ACTIVE: tuple[str, ...] = ("pending", "running", "waiting", "compensating")
@@ -115,6 +159,9 @@ class EntryKind(StrEnum):
     SIGNAL = "signal"  # wait_for(name): result is the payload, detail "timeout" on timeout
     CHILD = "child"  # detail is the child's workflow id
     CANCEL = "cancel"  # the position at which a cancellation request was observed
+    GATHER = "gather"  # a fan-out: detail is its branch count, the branches follow it (ref = its position)
+    PATCH = "patch"  # a ``wf.patched(name)`` marker: this run took the new code path
+    TIMEOUT = "timeout"  # the position at which the workflow's deadline was found passed
 
 
 class EntryStatus(StrEnum):
@@ -143,8 +190,10 @@ class Entry:
     started_at: float = 0.0
     finished_at: float | None = None
     wake_at: float | None = None
-    ref: int | None = None  # undo: the position of the step it compensates
-    detail: str | None = None  # child id, signal seq, "timeout"
+    # undo: the position of the step it compensates; a gather's branch: the gather's
+    # position; a failed gather: the branch whose failure it raised
+    ref: int | None = None
+    detail: str | None = None  # child id, signal seq, "timeout", "running" (a timed attempt in flight)
 
     @property
     def final(self) -> bool:
@@ -159,6 +208,9 @@ class NewWorkflow:
     codec: str = "json"
     parent_id: str | None = None
     parent_position: int | None = None
+    timeout: float | None = None  # seconds from its start to its deadline (None: none)
+    origin: str | None = None  # what it was forked from (``fork``)
+    trace: str | None = None  # the W3C trace context it was started in (foundry.tracecontext.pack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +240,9 @@ class WorkflowState:
     created_at: float
     updated_at: float
     finished_at: float | None
+    deadline: float | None = None  # when it times out (its ``timeout=``), journal clock
+    published: bytes | None = None  # its published state (``publish``), JSON
+    origin: str | None = None  # "<id> from position N": the run it was forked from
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +262,12 @@ class Claim:
     wakeups: int
     claims: int
     fresh: bool = False  # created by this very call: its journal is known to be empty
+    # Its previous claim ended without an outcome (the worker died or hung holding it): it
+    # may be what killed that worker, so a worker runs it alone (``mark_alone``).
+    suspect: bool = False
+    crashes: int = 0  # deaths of its worker while it ran alone (``MAX_CRASHES`` sets it aside)
+    deadline: float | None = None  # when it times out (``WorkflowState.deadline``)
+    trace: str | None = None  # as started; None when absent or not a valid trace context
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +368,10 @@ class Changes(Protocol):
         """Sleep until a wake-up after ``mark`` (``True``) or ``timeout`` seconds (``False``)."""
         ...
 
+    async def wait_async(self, mark: int, timeout: float) -> bool:
+        """:meth:`wait` for a coroutine, holding no thread while it waits."""
+        ...
+
     def notify(self) -> None:
         """Wake this process's waiters (to make them look at a flag, e.g. on stop)."""
         ...
@@ -316,8 +381,13 @@ class JournalBackend(Protocol):
     """A workflow journal on one database. See the module docstring for the contract."""
 
     dialect: ClassVar[str]
-    url: str
     clock: Clock
+
+    @property
+    def url(self) -> str:
+        """The journal's URL with its secrets masked (``foundry.config.safe_url``): what
+        messages, logs and tools show; the password itself stays with the driver."""
+        ...
 
     @property
     def changes(self) -> Changes:
@@ -384,12 +454,23 @@ class JournalBackend(Protocol):
         """Release the lease and park the workflow until ``wake_at`` (earlier if woken)."""
         ...
 
-    def release(self, workflow_id: str, token: int) -> bool:
-        """Give the lease back so any worker may resume the workflow now (graceful stop)."""
+    def mark_alone(self, workflow_id: str, token: int) -> bool:
+        """Record, durably and before it runs, that this run of a suspect runs alone in its
+        worker: if its lease lapses now, the next claim charges it with the worker's death.
+        ``False`` when the token is stale (then do not run it)."""
+        ...
+
+    def release(self, workflow_id: str, token: int, *, suspect: bool = False) -> bool:
+        """Give the lease back so any worker may resume the workflow now (graceful stop).
+        ``suspect=True``: a suspect handed back before it ran, which stays a suspect."""
         ...
 
     def set_compensating(self, workflow_id: str, token: int) -> None:
         """Mark the workflow as compensating (its undo steps are running)."""
+        ...
+
+    def publish(self, workflow_id: str, token: int, state: bytes) -> None:
+        """Replace the workflow's published state (fenced); readers see it in ``get``."""
         ...
 
     def finish(
@@ -433,6 +514,13 @@ class JournalBackend(Protocol):
 
     def signals(self, workflow_id: str) -> list[SignalRecord]:
         """The inbox of a workflow, consumed or not, in arrival order."""
+        ...
+
+    def fork(self, source_id: str, wf: NewWorkflow, *, upto: int) -> Started:
+        """Create ``wf`` (pending, claimable at once) with a copy of the entries of
+        ``source_id`` before position ``upto``, in one transaction; the source is left as
+        it is. Idempotent on ``wf.id`` like ``start`` (an existing id: nothing copied,
+        ``created=False``). ``NotFoundError`` when the source does not exist."""
         ...
 
     def purge(self, finished_before: float) -> int:

@@ -28,11 +28,13 @@ from __future__ import annotations
 import logging
 import secrets
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from foundry.backends._doorbell import Wakeups
-from foundry.backends._sql_common import PgListener, Postgres
+from foundry.backends._records import Fields
+from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.config import safe_url
@@ -128,7 +130,9 @@ class PostgresJournal(SqlJournal):
                 f"journal URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _"
             )
         rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"journal {safe_url(url)}", parts, rest, self.schema)
+        # A worker cut off mid-transaction must not pin the runs it was touching (see
+        # SESSION_SETTINGS; a transactional step lifts the idle timeout: _user_view).
+        self._pg = Postgres(psycopg, f"journal {safe_url(url)}", parts, rest, self.schema, SESSION_SETTINGS)
         self._pool = self._pg.pool(size)
         self.channel = f"foundry_j_{zlib.crc32(f'{self.schema}.{self.wf}'.encode()):08x}"
         token = secrets.token_hex(6)  # names this journal's own notifications
@@ -144,8 +148,23 @@ class PostgresJournal(SqlJournal):
         )
         c.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
+    def _columns(self, c: Cursor) -> set[str]:
+        rows = c.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            (self.schema, self.wf.lower()),
+        )
+        return {str(row[0]) for row in rows}
+
     def _translate(self, exc: Exception) -> Exception | None:
         return self._pg.translate(exc)
+
+    @contextmanager
+    def _user_view(self, conn: Any) -> Iterator[None]:
+        # A transactional step is the user's code inside the journal's transaction: it may
+        # compute between its statements for longer than the idle timeout. Only the TCP
+        # keepalives guard that transaction against a client that vanished.
+        conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+        yield
 
     def _in_transaction(self, conn: Any) -> bool:
         return bool(conn.info.transaction_status == self._psycopg.pq.TransactionStatus.INTRANS)
@@ -162,11 +181,12 @@ class PostgresJournal(SqlJournal):
             ).fetchone()
             if row[0] is None:
                 raise self._fenced(c, workflow_id, token, f"{entry.kind} {entry.name!r}")
+            cancel = Fields(workflow_id).flag("cancel_requested", row[0])
             if row[1]:
-                return Recorded(entry, written=True, cancel_requested=bool(row[0]))
+                return Recorded(entry, written=True, cancel_requested=cancel)
             existing = self._entry_at(c, workflow_id, pos)
         assert existing is not None
-        return Recorded(existing, written=False, cancel_requested=bool(row[0]))
+        return Recorded(existing, written=False, cancel_requested=cancel)
 
     def _wake_listener(self) -> None:
         """Cut the listener's wait short on close, rather than at its next tick."""

@@ -17,19 +17,28 @@ workers and result waiters wake at once and poll only as a safety net.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from foundry.backends._doorbell import Wakeups
+from foundry.backends._records import Fields
 from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
-from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, SqlJournal, entry_params, parse_url
+from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.config import safe_url
 from foundry.errors import BackendUnavailableError, ConfigError
 
 __all__ = ["SqliteJournal"]
+
+# How the journal's connections read TEXT: bytes that are not UTF-8 (written by something
+# else) become surrogate escapes that the row's decoder refuses, instead of sqlite3's
+# OperationalError, which would fail the whole read — every claim, for one bad row.
+_TEXT = functools.partial(str, encoding="utf-8", errors="surrogateescape")
 
 
 # One autocommit statement: a write statement takes SQLite's write lock when it starts,
@@ -53,6 +62,7 @@ class SqliteJournal(SqlJournal):
         "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
         "without_rowid": "WITHOUT ROWID",
     }
+    row_key: ClassVar[str] = "rowid"
 
     def __init__(self, url: str, *, clock: Clock | None = None) -> None:
         parts, query, prefix, size = parse_url(url)
@@ -90,6 +100,7 @@ class SqliteJournal(SqlJournal):
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.execute("PRAGMA busy_timeout=60000")
+            conn.text_factory = _TEXT
         except BaseException:
             conn.close()
             raise
@@ -107,11 +118,23 @@ class SqliteJournal(SqlJournal):
     def _in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
 
+    def _columns(self, c: Cursor) -> set[str]:
+        return {str(row[1]) for row in c.conn.execute(f"PRAGMA table_info({self.wf})")}
+
+    @contextmanager
+    def _user_view(self, conn: Any) -> Iterator[None]:
+        conn.text_factory = str  # a step reads its own tables as sqlite3 does by default
+        try:
+            yield
+        finally:
+            conn.text_factory = _TEXT
+
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
         with self._auto() as c:
             rows = c.all(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token))
         if rows:
-            return Recorded(entry, written=True, cancel_requested=bool(rows[0][0]))
+            cancel = Fields(workflow_id).flag("cancel_requested", rows[0][0])
+            return Recorded(entry, written=True, cancel_requested=cancel)
         return super().record(workflow_id, token, entry)
 
     def close(self) -> None:

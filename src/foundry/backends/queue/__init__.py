@@ -18,32 +18,39 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from typing import Any
 
 from foundry.backends.queue.base import (
+    CancelResult,
     Capabilities,
     Claimed,
     Enqueued,
+    JobProgress,
     JobState,
     JobStatus,
     NewJob,
     QueueBackend,
     QueueStats,
     check_new_job,
+    check_queue_name,
 )
 from foundry.config import check_url, safe_url
 from foundry.errors import ConfigError
 
 __all__ = [
+    "CancelResult",
     "Capabilities",
     "Claimed",
     "Enqueued",
+    "JobProgress",
     "JobState",
     "JobStatus",
     "NewJob",
     "QueueBackend",
     "QueueStats",
     "check_new_job",
+    "check_queue_name",
     "engine_module",
     "open_queue_backend",
 ]
@@ -98,14 +105,19 @@ def _engine_class(module: Any) -> Any:
     raise ConfigError(f"{module.__name__} defines no queue backend class. Fix: a bug in Foundry; report it")
 
 
-def open_queue_backend(url: str) -> QueueBackend:
+def open_queue_backend(url: str, *, home: str | os.PathLike[str] | None = None) -> QueueBackend:
     """Open (creating tables, queues or keys on first use) the queue at ``url``.
 
-    A URL with an unknown scheme or a typo raises :class:`~foundry.errors.ConfigError`
-    naming the fix; so does a missing driver. Close the backend when done.
+    ``home`` is the app's state directory, for an engine that keeps a file there by
+    default (RabbitMQ's state store when the URL names no ``state=``); ``None``: the
+    resolved one (``foundry.config.resolve_home``). A URL with an unknown scheme or a
+    typo raises :class:`~foundry.errors.ConfigError` naming the fix; so does a missing
+    driver. Close the backend when done.
     """
     if not isinstance(url, str) or not url:
         raise ConfigError(f"queue backend URL {url!r} is not a URL. Fix: e.g. sqlite:///queue.db")
     module = engine_module(url)
-    backend: QueueBackend = _engine_class(module)(url)
+    cls = _engine_class(module)
+    homed = home is not None and getattr(cls, "uses_home", False)
+    backend: QueueBackend = cls(url, home=home) if homed else cls(url)
     return backend

@@ -39,9 +39,10 @@ import aiormq
 from aiormq.abc import ChannelFrame, DeliveredMessage
 from pamqp import commands as spec
 
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.backends._records import Fields
+from foundry.errors import BackendError, BackendUnavailableError, ConfigError, MalformedRecordError
 
-__all__ = ["AmqpClient", "Consumer", "Delivery"]
+__all__ = ["AmqpClient", "Consumer", "Delivery", "parse_body"]
 
 log = logging.getLogger("foundry.queue.amqp")
 
@@ -58,6 +59,8 @@ _WINDOW = 512
 # load. An idle client (nothing unconfirmed) sends at once.
 _GATHER = 0.004
 _PACK = 16  # most jobs carried by one message
+_MAX_BODY = 64 * 1024  # longer than any message Foundry publishes (16 lines of at most ~300 bytes)
+_DECLARE_RETRY = 5.0  # longest pause before a queue whose declaration failed is tried again
 
 Outgoing = tuple[str, bytes, int, int]  # (queue, body, broker priority, jobs in the body)
 _REDECLARE = 30.0  # seconds after which a publish declares its queue again (x-expires)
@@ -98,6 +101,7 @@ class Consumer:
         self.recent = 0.0  # when the broker was last asked for more (subscribe, qos, ack)
         self.busy = True  # the last take found more than one delivery: a backlog is flowing
         self.kicks = 0
+        self.subscribing: asyncio.Lock | None = None  # one subscription at a time (loop thread)
 
     def kick(self) -> None:
         """Wake the claimers waiting in :meth:`take` empty-handed (a worker stopping)."""
@@ -107,13 +111,19 @@ class Consumer:
 
     async def on_message(self, message: DeliveredMessage) -> None:
         if message.channel is not self.channel:
-            return  # an old channel's delivery: the broker gives it back to the queue
-        lines = message.body.decode().split("\n")
-        record = Message(message.channel, int(message.delivery_tag or 0), len(lines))
-        deliveries = []
-        for line in lines:
-            job_id, priority, eta = line.rsplit(" ", 2)
-            deliveries.append(Delivery(job_id, int(priority), None if eta == "-" else float(eta), record))
+            # An old channel's delivery: a closed one's the broker gives back by itself;
+            # one still open would pin what it holds for as long as it lives — close it.
+            if not message.channel.is_closed:
+                self.client._spawn_now(_close_quietly(message.channel))
+            return
+        try:
+            jobs = parse_body(message.body, self.queue)
+        except MalformedRecordError as exc:
+            # Not Foundry's: it must not pin a prefetch slot. Kept, with the reason, aside.
+            await self.client.reject_foreign(self.queue, message, str(exc))
+            return
+        record = Message(message.channel, int(message.delivery_tag or 0), len(jobs))
+        deliveries = [Delivery(job_id, priority, eta, record) for job_id, priority, eta in jobs]
         with self.cond:
             self.buf.extend(deliveries)
             self.cond.notify()
@@ -160,6 +170,44 @@ class Consumer:
             self.cond.notify_all()
 
 
+def parse_body(body: Any, queue: str = "?") -> list[tuple[str, int, float | None]]:
+    """The jobs a message carries, ``(job id, priority, eta)``: lines of ``<job id>
+    <priority> <eta or ->``, at most ``_PACK`` of them (see ``AmqpQueue._announce``).
+    Anything else — not UTF-8, another format, too long — raises
+    :class:`~foundry.errors.MalformedRecordError`, and nothing else is raised."""
+    where = f"a message on RabbitMQ queue {queue}"
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise MalformedRecordError(where, "body", type(body).__name__, "is not bytes")
+    data = bytes(body)
+    if len(data) > _MAX_BODY:
+        raise MalformedRecordError(
+            where, "body", f"{len(data)} bytes", "is longer than any message Foundry sends"
+        )
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise MalformedRecordError(where, "body", data[:40], "is not UTF-8 text") from None
+    lines = text.split("\n")
+    if len(lines) > _PACK:
+        raise MalformedRecordError(where, "body", f"{len(lines)} lines", f"carries more than {_PACK} jobs")
+    jobs: list[tuple[str, int, float | None]] = []
+    for line in lines:
+        parts = line.rsplit(" ", 2)
+        if len(parts) != 3:
+            raise MalformedRecordError(where, "line", line, "is not '<job id> <priority> <eta or ->'")
+        job_id, priority, eta = parts
+        f = Fields(where)
+        f.name("job id", job_id)
+        jobs.append(
+            (
+                job_id,
+                f.integer("priority", priority, low=-(2**31 - 1)),
+                None if eta == "-" else f.number("eta", eta),
+            )
+        )
+    return jobs
+
+
 def _shortstr(text: str) -> bytes:
     data = text.encode()
     return bytes([len(data)]) + data
@@ -167,13 +215,27 @@ def _shortstr(text: str) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _method_frame(channel: int, queue: str) -> bytes:
-    """``basic.publish`` to the default exchange with routing key ``queue``."""
-    payload = struct.pack(">HHH", 60, 40, 0) + _shortstr("") + _shortstr(queue) + b"\x00"
+    """``basic.publish`` to the default exchange with routing key ``queue``, mandatory:
+    a message no queue takes is returned, not confirmed and dropped (see _publish_framed)."""
+    payload = struct.pack(">HHH", 60, 40, 0) + _shortstr("") + _shortstr(queue) + b"\x01"
     return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
 def _framing_supported(ch: Any) -> bool:
-    return all(hasattr(ch, a) for a in ("confirmations", "delivery_tag", "write_queue", "lock", "number"))
+    return all(
+        hasattr(ch, a)
+        for a in ("confirmations", "delivery_tag", "write_queue", "lock", "number", "message_id_delivery_tag")
+    )
+
+
+async def _close_quietly(channel: Any) -> None:
+    with contextlib.suppress(Exception):
+        await channel.close()
+
+
+def _forget_id(ids: dict[str, int], message_id: str, tag: int, _: object) -> None:
+    if ids.get(message_id) == tag:
+        del ids[message_id]
 
 
 def _pack(items: list[Outgoing]) -> list[Outgoing]:
@@ -195,18 +257,35 @@ def _pack(items: list[Outgoing]) -> list[Outgoing]:
 async def _publish_framed(ch: Any, batch: list[Outgoing]) -> list[asyncio.Future[Any]]:
     """Publish ``batch`` on ``ch`` (confirm mode) as one socket write: Foundry frames the
     three AMQP frames of each message itself (method, content header with
-    ``delivery_mode=2`` and ``priority``, body) and registers each delivery tag's
-    confirmation the way aiormq does; aiormq resolves them when the broker acks."""
+    ``delivery_mode=2``, ``priority`` and a ``message_id``, body) and registers each
+    delivery tag's confirmation the way aiormq does; aiormq resolves them when the broker
+    acks.
+
+    Every message is *mandatory*: RabbitMQ confirms a message that no queue took (the
+    queue was deleted under the publisher) with an ordinary ack, so without the flag
+    such a job's message would be dropped while its publisher counts it as delivered,
+    and the job would wait for the ``orphan_after`` sweep. Returned, aiormq finds the
+    confirmation by the message id and fails it (``PublishError``); the message goes
+    back to the outbox and its queue is declared again first."""
     n = ch.number
     futures: list[asyncio.Future[Any]] = []
     parts: list[bytes] = []
+    ids = ch.message_id_delivery_tag
     async with ch.lock:
         for queue, body, priority, _ in batch:
             ch.delivery_tag += 1
+            tag = ch.delivery_tag
             future = ch.create_future()
-            ch.confirmations[ch.delivery_tag] = future
+            ch.confirmations[tag] = future
+            message_id = f"f{tag}"
+            ids[message_id] = tag
+            future.add_done_callback(functools.partial(_forget_id, ids, message_id, tag))
             futures.append(future)
-            header = struct.pack(">HHQHBB", 60, 0, len(body), 0x1800, 2, priority)
+            header = (
+                struct.pack(">HHQHBB", 60, 0, len(body), 0x1880, 2, priority)
+                + bytes([len(message_id)])
+                + message_id.encode()
+            )
             parts.append(_method_frame(n, queue))
             parts.append(struct.pack(">BHI", 2, n, len(header)) + header + b"\xce")
             parts.append(struct.pack(">BHI", 3, n, len(body)) + body + b"\xce")
@@ -227,7 +306,7 @@ class AmqpClient:
     """One RabbitMQ connection for one :class:`~foundry.backends.queue.amqp.AmqpQueue`."""
 
     def __init__(self, url: str, *, shown: str, reconnect: float, linger: float) -> None:
-        self.url = url
+        self._url = url  # to connect with
         self.shown = shown  # the URL with its password masked
         self.reconnect = reconnect
         self.linger = linger
@@ -245,7 +324,11 @@ class AmqpClient:
         self._conn: Any = None
         self._pub: Any = None
         self._admin: Any = None
+        self._declarer: Any = None  # the publisher's channel for declarations (see _try_declare)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._parked: dict[str, list[Outgoing]] = {}  # queue -> messages waiting for its declaration
+        self._declare_pause: dict[str, float] = {}  # queue -> the next back-off of its declaration
+        self.failure: BaseException | None = None  # a task of the loop died: this client is unusable
         self.loop = _new_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="foundry-amqp", daemon=True)
         self._thread.start()
@@ -266,12 +349,31 @@ class AmqpClient:
         return asyncio.Event()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run one of the client's lasting tasks (publisher, supervisor, linger): one that
+        ends by an exception before ``close()`` leaves the client unusable, so it is
+        recorded in ``failure`` (a worker checks it and exits) rather than lost."""
+
         def start() -> None:
             task = self.loop.create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._watch_task)
 
         self.loop.call_soon_threadsafe(start)
+
+    def _watch_task(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or self.stopped.is_set() or task.exception() is None:
+            return
+        exc = task.exception()
+        name = getattr(task.get_coro(), "__name__", "a task")
+        self.failure = BackendError(
+            f"queue {self.shown}: the RabbitMQ client's {name.strip('_')} task failed "
+            f"({type(exc).__name__}: {exc}); this process can no longer publish or reconnect. "
+            "Fix: a bug in Foundry, report it with the traceback logged above; restart the process"
+        )
+        log.critical("%s", self.failure, exc_info=exc)
+        with self._room:
+            self._room.notify_all()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         """Run ``coro`` on the loop and wait at most ``timeout`` s for it."""
@@ -306,7 +408,7 @@ class AmqpClient:
     # -- connection ------------------------------------------------------------------
 
     async def _connect(self) -> None:
-        conn = await asyncio.wait_for(aiormq.connect(self.url), timeout=10.0)
+        conn = await asyncio.wait_for(aiormq.connect(self._url), timeout=10.0)
         try:
             self._pub = await conn.channel(publisher_confirms=True)
             self._admin = await conn.channel(publisher_confirms=False)
@@ -348,6 +450,8 @@ class AmqpClient:
             self._kick.set()
 
     def wait_up(self) -> None:
+        if self.failure is not None:
+            raise self.failure
         if not self._up.wait(self.reconnect):
             raise BackendUnavailableError(
                 f"queue {self.shown}: RabbitMQ unreachable for {self.reconnect:g}s. Fix: start the broker or "
@@ -407,6 +511,8 @@ class AmqpClient:
 
     def publish(self, queue: str, body: bytes, priority: int) -> None:
         """Queue a persistent message for ``queue``; returns at once (see the module doc)."""
+        if self.failure is not None:
+            raise self.failure
         with self._room:
             if self._pending >= MAX_PENDING and not self._room.wait_for(
                 lambda: self._pending < MAX_PENDING or self.stopped.is_set(), self.reconnect
@@ -458,16 +564,22 @@ class AmqpClient:
                 if room <= 0:
                     break  # a confirmation kicks again
                 batch = _pack([self._outbox.popleft() for _ in range(min(room, len(self._outbox)))])
-                try:
-                    for queue in {q for q, _, _, _ in batch}:
-                        declared = self._declared.get(queue)
-                        if declared is None or time.monotonic() - declared > _REDECLARE:
-                            await self._declare(queue)
-                except Exception as exc:
-                    log.warning("queue %s: cannot declare a queue (%r); retrying", self.shown, exc)
-                    self._outbox.extendleft(reversed(batch))
-                    await asyncio.sleep(0.2)
-                    continue
+                refused = set()
+                for queue in {q for q, _, _, _ in batch}:
+                    declared = self._declared.get(queue)
+                    stale = declared is None or time.monotonic() - declared > _REDECLARE
+                    # a queue whose declaration failed waits for its own retry (see _try_declare)
+                    if queue in self._parked or (stale and not await self._try_declare(queue)):
+                        refused.add(queue)
+                if refused:
+                    # Only the messages of a queue that cannot be declared wait (and retry on
+                    # their own back-off): the rest of the batch goes now.
+                    for item in batch:
+                        if item[0] in refused:
+                            self._parked.setdefault(item[0], []).append(item)
+                    batch = [item for item in batch if item[0] not in refused]
+                    if not batch:
+                        continue
                 self._inflight += len(batch)
                 task = asyncio.ensure_future(self._send(ch, batch))
                 self._tasks.add(task)
@@ -476,6 +588,69 @@ class AmqpClient:
                 # no channel yet, or the confirm window is full: the supervisor (once
                 # reconnected) or a confirmation kicks again
                 await self._kick.wait()
+
+    async def _try_declare(self, queue: str) -> bool:
+        """Declare ``queue`` for publishing, on a channel of the publisher's own (a refused
+        declaration closes its channel: nobody else's call breaks with it); on failure
+        park its messages and try again after a back-off of its own (doubling up to
+        ``_DECLARE_RETRY`` s)."""
+        try:
+            if self._declarer is None or self._declarer.is_closed:
+                self._declarer = await self._conn.channel(publisher_confirms=False)
+            await self._declare(queue, self._declarer)
+        except Exception as exc:
+            pause = self._declare_pause.get(queue, 0.2)
+            self._declare_pause[queue] = min(pause * 2, _DECLARE_RETRY)
+            log.warning(
+                "queue %s: RabbitMQ refused to declare queue %r (%s: %s); its messages wait (the jobs are "
+                "safe in the state store) and the declaration is tried again in %.1fs",
+                self.shown,
+                queue,
+                type(exc).__name__,
+                exc,
+                pause,
+            )
+            self.loop.call_later(pause, self._unpark, queue)
+            return False
+        self._declare_pause.pop(queue, None)
+        return True
+
+    def _unpark(self, queue: str) -> None:
+        """Back to the outbox: the messages parked by a failed declaration of ``queue``."""
+        items = self._parked.pop(queue, [])
+        if items:
+            self._outbox.extend(items)
+            self._kick.set()
+
+    async def reject_foreign(self, queue: str, message: DeliveredMessage, reason: str) -> None:
+        """A message on ``queue`` that Foundry did not write: copy it, with the reason in
+        its ``x-foundry-reason`` header, to ``<queue>.rejected`` (durable; inspect it with
+        the RabbitMQ tools), then acknowledge it so it frees its prefetch slot. If the copy
+        cannot be made, give it back after a pause (it is never dropped)."""
+        rejected = f"{queue}.rejected"
+        log.warning("queue %s: %s; moved to RabbitMQ queue %r", self.shown, reason, rejected)
+        tag = int(message.delivery_tag or 0)
+        ok = False
+        try:
+            ch = await self._admin_channel()
+            await ch.queue_declare(rejected, durable=True)
+            headers: dict[str, Any] = {"x-foundry-reason": reason[:2000], "x-foundry-queue": queue}
+            props = spec.Basic.Properties(delivery_mode=2, headers=headers)
+            confirm = await self._pub.basic_publish(
+                bytes(message.body), routing_key=rejected, properties=props
+            )
+            ok = isinstance(confirm, spec.Basic.Ack)
+        except Exception as exc:
+            log.warning("queue %s: could not set aside a foreign message (%r); it goes back", self.shown, exc)
+        channel = message.channel
+        if channel.is_closed:
+            return
+        with contextlib.suppress(Exception):
+            if ok:
+                await channel.basic_ack(tag)
+            else:
+                await asyncio.sleep(1.0)  # do not spin on a broker that refuses the copy
+                await channel.basic_nack(tag, requeue=True)
 
     async def _send(self, ch: Any, batch: list[Outgoing]) -> None:
         """Publish ``batch`` and wait for the broker's confirmations; what is not
@@ -491,6 +666,9 @@ class AmqpClient:
         self._inflight -= len(batch)
         failed = [item for item, r in zip(batch, results, strict=True) if not isinstance(r, spec.Basic.Ack)]
         self._done(sum(item[3] for item in batch) - sum(item[3] for item in failed))
+        for item, r in zip(batch, results, strict=True):
+            if isinstance(r, aiormq.exceptions.PublishError):  # returned: no queue took it
+                self._declared.pop(item[0], None)  # declare it again before the next try
         if failed:
             if not self.stopped.is_set() and not ch.is_closed:
                 await asyncio.sleep(0.05)  # nacked by a live broker: do not spin
@@ -500,7 +678,9 @@ class AmqpClient:
     def _publish_one(self, ch: Any, item: Outgoing) -> Any:
         queue, body, priority, _ = item
         props = spec.Basic.Properties(delivery_mode=2, priority=priority)
-        return asyncio.ensure_future(ch.basic_publish(body, routing_key=queue, properties=props))
+        return asyncio.ensure_future(
+            ch.basic_publish(body, routing_key=queue, properties=props, mandatory=True)
+        )
 
     # -- consuming -------------------------------------------------------------------
 
@@ -519,6 +699,16 @@ class AmqpClient:
         self.run(self._subscribe(consumer, max(prefetch, consumer.prefetch)), self.reconnect)
 
     async def _subscribe(self, consumer: Consumer, prefetch: int) -> None:
+        """Subscribe ``consumer`` (or raise its prefetch): one call at a time per consumer,
+        since the supervisor's resubscription after a reconnect and a claimer's
+        ``ensure_consuming`` meet here, and two channels consuming for one buffer would
+        leave one of them holding its prefetched messages unseen."""
+        if consumer.subscribing is None:
+            consumer.subscribing = asyncio.Lock()
+        async with consumer.subscribing:
+            await self._subscribe_now(consumer, prefetch)
+
+    async def _subscribe_now(self, consumer: Consumer, prefetch: int) -> None:
         ch = consumer.channel
         if ch is not None and not ch.is_closed:
             if consumer.prefetch < prefetch:

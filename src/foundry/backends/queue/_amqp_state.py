@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from foundry.backends.queue._sql import CLAIM_COLS, SqlQueue, claimed_from_row, job_topic
+from foundry.backends.queue._sql import CLAIM_COLS, SqlQueue, finite, job_topic
 from foundry.backends.queue.base import Claimed, QueueBackend
 from foundry.config import safe_url
 from foundry.errors import ConfigError
@@ -48,6 +48,14 @@ def _marks(n: int) -> str:
     return ", ".join("?" * n)
 
 
+def _integer(value: Any) -> int:
+    """A stored priority; 0 for a malformed one (it only orders broker messages)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 class SqlState(SqlQueue):
     """The extra operations over the SQL engines' ``jobs`` table (mixed into
     ``SqliteQueue`` / ``PostgresQueue``; every statement is portable SQL)."""
@@ -69,9 +77,10 @@ class SqlState(SqlQueue):
                 (token, worker, now + lease, now, *ids, queue, now),
             )
             got = {r[0] for r in rows}
+            claimed = self._lease_rows(conn, rows, now)
             rest = [i for i in ids if i not in got]
             if not rest:
-                return rows, []
+                return claimed, []
             found = {
                 r[0]: r
                 for r in self._all(
@@ -81,16 +90,14 @@ class SqlState(SqlQueue):
                 )
             }
             others: list[Other] = [
-                (i, str(found[i][1]), float(found[i][2]), int(found[i][3]))
+                (i, str(found[i][1]), finite(found[i][2], None), _integer(found[i][3]))
                 if i in found
                 else (i, "", None, 0)
                 for i in rest
             ]
-            return rows, others
+            return claimed, others
 
-        rows, others = self._commit(body, lambda _: ())
-        rows.sort(key=lambda r: (-int(r[13]), float(r[14]), int(r[15])))
-        return [claimed_from_row(r) for r in rows], others
+        return self._commit(body, lambda _: ())
 
     def reap(self, queue: str) -> list[tuple[str, int]]:
         now = time.time()
@@ -109,10 +116,10 @@ class SqlState(SqlQueue):
             status = dict(
                 self._all(conn, "SELECT id, status FROM {jobs} WHERE id IN (" + _marks(len(ids)) + ")", ids)
             )
-            back = [(str(r[0]), int(r[1])) for r in rows if status.get(r[0]) == "queued"]
-            return back, [i for i in ids if status.get(i) == "dead"]
+            back = [(str(r[0]), _integer(r[1])) for r in rows if status.get(r[0]) == "queued"]
+            return back, [i for i in ids if status.get(i) in ("dead", "cancelled")]
 
-        back, _dead = self._commit(body, lambda v: [job_topic(i) for i in v[1]])
+        back, _dead = self._commit(body, lambda v: [job_topic(str(i)) for i in v[1]])
         return back
 
     def next_deadline(self, queue: str) -> float | None:
@@ -121,7 +128,7 @@ class SqlState(SqlQueue):
                 conn, "SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running'", (queue,)
             )
         )
-        return None if row is None or row[0] is None else float(row[0])
+        return None if row is None else finite(row[0], None)
 
     def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
         rows = self._query(
@@ -132,14 +139,20 @@ class SqlState(SqlQueue):
                 (queue, before, limit),
             )
         )
-        return [(str(r[0]), int(r[1])) for r in rows]
+        return [(str(r[0]), _integer(r[1])) for r in rows]
 
     def queues(self) -> list[str]:
         rows = self._query(lambda conn: self._all(conn, "SELECT DISTINCT queue FROM {jobs}"))
         return sorted(str(r[0]) for r in rows)
 
     def destroy(self) -> None:
-        self._commit(lambda conn: self._run(conn, "DROP TABLE IF EXISTS {jobs}"), lambda _: ())
+        schedules = self.table.removesuffix("jobs") + "schedules"  # foundry.backends.queue.schedules
+
+        def drop(conn: Any) -> None:
+            self._run(conn, "DROP TABLE IF EXISTS {jobs}")
+            self._run(conn, f"DROP TABLE IF EXISTS {schedules}")
+
+        self._commit(drop, lambda _: ())
 
 
 def open_state(url: str, prefix: str) -> StateStore:

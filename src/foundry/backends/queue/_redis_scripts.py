@@ -16,7 +16,11 @@ Keys under the prefix ``P`` (``ARGV[1]``, ending in ``:``):
 ``P dead``                  zset: every dead letter; ``P fin``: finished jobs by expiry
 ``P seq``, ``P queues``     enqueue counter; the set of queue names
 ``P done`` (channel)        ``PUBLISH``-ed job ids when a job finishes (``wait``)
+``P cancel`` (channel)      ``PUBLISH``-ed job ids when a running job's cancel is requested
 ==========================  ===============================================================
+
+A running job whose cancel was requested has the field ``cancel_at``; every script that
+ends a delivery (complete, fail, release, a lapsed lease) then writes ``cancelled``.
 
 Keys are computed inside the scripts, so a Redis Cluster needs the whole prefix in one
 hash slot: use a hash-tagged prefix such as ``{foundry}``.
@@ -43,13 +47,26 @@ local function wake(q)
 end
 local function finish(j, id, q, now)
   local f = redis.call('HMGET', j, 'result_ttl', 'key')
-  local exp = now + tonumber(f[1])
+  local ttl = tonumber(f[1])
+  if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- a malformed one: 7 days
+  local exp = now + ttl
   local ms = string.format('%.0f', math.floor(exp * 1000))
   redis.call('ZREM', Q(q, 'lease'), id)
   redis.call('ZADD', P .. 'fin', string.format('%.6f', exp), fin_member(q, id))
   redis.call('PEXPIREAT', j, ms)
   if f[2] and f[2] ~= '' then redis.call('PEXPIREAT', P .. 'k:' .. f[2], ms) end
   redis.call('PUBLISH', P .. 'done', id)
+end
+-- A running job with a cancel request ends here, whatever its delivery asked for (a
+-- completion, a retry, a dead letter, a release, or its lease lapsed): 'cancelled', the
+-- error (when given) kept.
+local function cancelling(v) return v ~= nil and v ~= false and v ~= '' end
+local function end_cancelled(j, id, q, now_s, err)
+  redis.call('HSET', j, 'status', 'cancelled', 'token', '', 'worker', '', 'lease_until', '0',
+    'finished_at', now_s)
+  redis.call('HDEL', j, 'result')
+  if err and err ~= '' then redis.call('HSET', j, 'error', err) end
+  finish(j, id, q, tonumber(now_s))
 end
 local function bury(j, id, q, now_s, reason)
   redis.call('HSET', j, 'status', 'dead', 'dead_reason', reason, 'token', '', 'worker', '',
@@ -58,7 +75,30 @@ local function bury(j, id, q, now_s, reason)
   redis.call('ZADD', P .. 'dead', now_s, id)
   finish(j, id, q, tonumber(now_s))
 end
--- Leases that lapsed: back to the queue, or to dead letters when poisonous.
+-- A record Foundry did not write (or that was altered): dead-lettered, never run. The
+-- reason follows foundry.errors.MalformedRecordError's text.
+local function malformed(j, id, q, now_s, field, value, problem)
+  local shown = tostring(value)
+  if value == false or value == nil then shown = 'missing' end
+  if #shown > 80 then shown = string.sub(shown, 1, 77) .. '...' end
+  bury(j, id, q, now_s, "the stored record is malformed, so it was not run: malformed record '" .. id ..
+    "': " .. field .. "='" .. shown .. "' " .. problem .. '. Fix: the record was not written by Foundry ' ..
+    'or was altered; correct or delete it in the store (Foundry does not run it)')
+end
+local function whole(v, low)  -- a decimal integer >= low (what HINCRBY and Python accept), or nil
+  if type(v) ~= 'string' or #v > 11 or not string.match(v, '^%-?%d+$') then return nil end
+  local n = tonumber(v)
+  if n == nil or n < low or n > 2147483647 then return nil end
+  return n
+end
+local function finite(v)  -- a finite number, or nil
+  local n = tonumber(v)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return nil end
+  return n
+end
+-- Leases that lapsed: back to the queue, or to dead letters when poisonous. Only a
+-- delivery its worker marked alone (field 'alone' = the delivery's token) is charged
+-- ('crashes'); any other goes back uncharged (a suspect next time: see base.py).
 -- Returns the ids put back in the queue (the AMQP engine republishes them).
 local function reap(q, now_s, ready)
   local lk = Q(q, 'lease')
@@ -66,34 +106,69 @@ local function reap(q, now_s, ready)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now_s, 'LIMIT', 0, 100)) do
     redis.call('ZREM', lk, id)
     local j = J(id)
-    local f = redis.call('HMGET', j, 'status', 'deliveries', 'attempts', 'max_deliveries', 'priority', 'm')
-    if f[1] == 'running' then
-      local lost = tonumber(f[2]) - tonumber(f[3])
-      if lost >= tonumber(f[4]) then
-        bury(j, id, q, now_s, 'its lease lapsed ' .. lost .. ' times without an outcome (deliveries=' ..
-          f[2] .. ', max_deliveries=' .. f[4] .. '): the job keeps killing or hanging its worker')
+    local f = redis.call('HMGET', j, 'status', 'max_deliveries', 'crashes', 'alone', 'token', 'priority', 'm',
+      'cancel_at')
+    if f[1] == 'running' and cancelling(f[8]) then
+      end_cancelled(j, id, q, now_s, nil)  -- its cancel was requested: it ends here, uncharged
+    elseif f[1] == 'running' then
+      local most, crashes, priority = whole(f[2], 1), whole(f[3] or '0', 0), whole(f[6], -2147483647)
+      if most == nil then
+        malformed(j, id, q, now_s, 'max_deliveries', f[2], 'is not an integer >= 1')
+      elseif crashes == nil then
+        malformed(j, id, q, now_s, 'crashes', f[3], 'is not an integer >= 0')
+      elseif priority == nil then
+        malformed(j, id, q, now_s, 'priority', f[6], 'is not an integer')
+      elseif type(f[7]) ~= 'string' then
+        malformed(j, id, q, now_s, 'm', f[7], 'is not a queue position')
       else
-        redis.call('HSET', j, 'status', 'queued', 'token', '', 'worker', '', 'lease_until', '0')
-        if ready then redis.call('ZADD', Q(q, 'ready'), -tonumber(f[5]), f[6]) end
-        back[#back + 1] = {id, f[5]}
+        if f[4] and f[4] ~= '' and f[4] == f[5] then crashes = crashes + 1 end
+        redis.call('HSET', j, 'crashes', tostring(crashes))
+        if crashes >= most then
+          bury(j, id, q, now_s, 'its worker died or hung while this job ran alone in it, ' .. crashes ..
+            ' time(s) (max_deliveries=' .. most .. '): the job keeps killing or hanging its worker')
+        else
+          redis.call('HSET', j, 'status', 'queued', 'token', '', 'worker', '', 'lease_until', '0')
+          if ready then redis.call('ZADD', Q(q, 'ready'), -priority, f[7]) end
+          back[#back + 1] = {id, f[6]}
+        end
       end
     end
   end
   return back
 end
-local function lease_job(j, id, q, now_s, worker, token, until_s)
+-- What a claim reads of a job, in one call: its status, then what the lease hands out.
+local function lease_fields(j)
+  return redis.call('HMGET', j, 'status', 'unit', 'payload', 'codec', 'deliveries', 'attempts',
+    'max_retries', 'max_deliveries', 'timeout', 'enqueued_at', 'priority', 'trace')
+end
+-- Why a job (its lease_fields f) cannot be leased: field, value, problem; nil when it can.
+local function unfit(f)
+  if type(f[2]) ~= 'string' or f[2] == '' then return 'unit', f[2], 'is not a unit name' end
+  if type(f[3]) ~= 'string' then return 'payload', f[3], 'is missing' end
+  if f[4] ~= 'json' and f[4] ~= 'pickle' then return 'codec', f[4], 'is not a codec Foundry knows' end
+  if not whole(f[5], 0) then return 'deliveries', f[5], 'is not an integer >= 0' end
+  if not whole(f[6], 0) then return 'attempts', f[6], 'is not an integer >= 0' end
+  if not whole(f[7], 0) then return 'max_retries', f[7], 'is not an integer >= 0' end
+  if not whole(f[8], 1) then return 'max_deliveries', f[8], 'is not an integer >= 1' end
+  if f[9] ~= '' and not (finite(f[9]) and finite(f[9]) > 0) then
+    return 'timeout', f[9], 'is not a positive number'
+  end
+  if not finite(f[10]) then return 'enqueued_at', f[10], 'is not a finite number' end
+  if not whole(f[11], -2147483647) then return 'priority', f[11], 'is not an integer' end
+  return nil
+end
+-- Lease a job whose lease_fields f passed unfit; the reply row claimed_from_reply reads.
+local function lease_job(j, id, q, now_s, worker, token, until_s, f)
   local d = redis.call('HINCRBY', j, 'deliveries', 1)
   redis.call('HSET', j, 'status', 'running', 'token', token, 'worker', worker, 'lease_until', until_s,
     'started_at', now_s)
   redis.call('ZADD', Q(q, 'lease'), until_s, id)
-  local f = redis.call('HMGET', j, 'unit', 'payload', 'codec', 'attempts', 'max_retries',
-    'max_deliveries', 'timeout', 'enqueued_at', 'priority')
-  return {id, f[1], f[2], f[3], d, f[4], f[5], f[6], f[7], f[8], f[9]}
+  return {id, f[2], f[3], f[4], d, f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
 end
 """
 
 # ARGV: P, now, id, queue, unit, payload, codec, key, priority, eta, max_retries,
-#       max_deliveries, timeout, result_ttl  ->  {created 0/1, id}
+#       max_deliveries, timeout, result_ttl, trace  ->  {created 0/1, id}
 _ENQUEUE = r"""
 local now, id, q, key = ARGV[2], ARGV[3], ARGV[4], ARGV[8]
 if key ~= '' then
@@ -108,7 +183,8 @@ local m = member(eta, id)
 redis.call('HSET', j, 'id', id, 'queue', q, 'unit', ARGV[5], 'payload', ARGV[6], 'codec', ARGV[7],
   'key', key, 'priority', ARGV[9], 'eta', eta, 'status', 'queued', 'token', '', 'worker', '',
   'lease_until', '0', 'deliveries', '0', 'attempts', '0', 'max_retries', ARGV[11],
-  'max_deliveries', ARGV[12], 'timeout', ARGV[13], 'result_ttl', ARGV[14], 'enqueued_at', now, 'm', m)
+  'max_deliveries', ARGV[12], 'timeout', ARGV[13], 'result_ttl', ARGV[14], 'enqueued_at', now, 'm', m,
+  'trace', ARGV[15] or '')
 if tonumber(eta) <= tonumber(now) then
   redis.call('ZADD', Q(q, 'ready'), -tonumber(ARGV[9]), m)
 else
@@ -128,7 +204,16 @@ reap(q, now_s, true)
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', sk, '-inf', now_s, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', sk, id)
   local f = redis.call('HMGET', J(id), 'status', 'priority', 'm')
-  if f[1] == 'queued' then redis.call('ZADD', rk, -tonumber(f[2]), f[3]) end
+  if f[1] == 'queued' then
+    local priority = whole(f[2], -2147483647)
+    if priority == nil then
+      malformed(J(id), id, q, now_s, 'priority', f[2], 'is not an integer')
+    elseif type(f[3]) ~= 'string' then
+      malformed(J(id), id, q, now_s, 'm', f[3], 'is not a queue position')
+    else
+      redis.call('ZADD', rk, -priority, f[3])
+    end
+  end
 end
 local out, limit = {}, tonumber(ARGV[7])
 while #out < limit do
@@ -137,8 +222,14 @@ while #out < limit do
   for i = 1, #popped, 2 do
     local id = string.sub(popped[i], 30)
     local j = J(id)
-    if redis.call('HGET', j, 'status') == 'queued' then
-      out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6])
+    local f = lease_fields(j)
+    if f[1] == 'queued' then
+      local field, value, problem = unfit(f)
+      if field then
+        malformed(j, id, q, now_s, field, value, problem)
+      else
+        out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6], f)
+      end
     end
   end
 end
@@ -158,10 +249,25 @@ for i = 7, #ARGV do
   local id = ARGV[i]
   local j = J(id)
   local f = redis.call('HMGET', j, 'status', 'eta', 'queue', 'm')
-  if f[1] == 'queued' and f[3] == q and tonumber(f[2]) <= now then
-    redis.call('ZREM', Q(q, 'ready'), f[4])
+  local field, value, problem, g = nil, nil, nil, nil
+  if f[1] == 'queued' and f[3] == q then
+    if not finite(f[2]) then
+      field, value, problem = 'eta', f[2], 'is not a finite number'
+    else
+      g = lease_fields(j)
+      field, value, problem = unfit(g)
+    end
+    if field then
+      if f[4] then redis.call('ZREM', Q(q, 'ready'), f[4]) end
+      redis.call('ZREM', Q(q, 'sched'), id)
+      malformed(j, id, q, now_s, field, value, problem)
+      f[1] = 'dead'
+    end
+  end
+  if f[1] == 'queued' and f[3] == q and finite(f[2]) <= now then
+    if f[4] then redis.call('ZREM', Q(q, 'ready'), f[4]) end
     redis.call('ZREM', Q(q, 'sched'), id)
-    out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6])
+    out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6], g)
   else
     other[#other + 1] = {id, f[1] or '', f[2] or ''}
   end
@@ -184,6 +290,24 @@ redis.call('ZADD', Q(f[3], 'lease'), ARGV[4], ARGV[2])
 return 1
 """
 
+# ARGV: P, id, token, record -> 1 | 0 (the running delivery's progress, fenced by its token)
+_PROGRESS = r"""
+local j = J(ARGV[2])
+local f = redis.call('HMGET', j, 'status', 'token')
+if f[1] ~= 'running' or f[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', j, 'progress', ARGV[4])
+return 1
+"""
+
+# ARGV: P, id, token -> 1 | 0 (this delivery runs alone: a lapse now is charged to it)
+_MARK_ALONE = r"""
+local j = J(ARGV[2])
+local f = redis.call('HMGET', j, 'status', 'token')
+if f[1] ~= 'running' or f[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', j, 'alone', ARGV[3])
+return 1
+"""
+
 # ARGV: P, now, (id, token, result)...  -> {1 | 0 ...}
 _COMPLETE = r"""
 local now_s = ARGV[2]
@@ -191,8 +315,11 @@ local res = {}
 for i = 3, #ARGV, 3 do
   local id = ARGV[i]
   local j = J(id)
-  local f = redis.call('HMGET', j, 'status', 'queue', 'm')
-  if f[1] == 'queued' or f[1] == 'running' then
+  local f = redis.call('HMGET', j, 'status', 'queue', 'm', 'cancel_at')
+  if f[1] == 'running' and cancelling(f[4]) then
+    end_cancelled(j, id, f[2], now_s, nil)  -- a cancel was requested: the result is dropped
+    res[#res + 1] = 0
+  elseif f[1] == 'queued' or f[1] == 'running' then
     redis.call('ZREM', Q(f[2], 'ready'), f[3])
     redis.call('ZREM', Q(f[2], 'sched'), id)
     redis.call('HSET', j, 'status', 'succeeded', 'result', ARGV[i + 2], 'token', '', 'worker', '',
@@ -212,10 +339,14 @@ return res
 _FAIL = r"""
 local now_s, id = ARGV[2], ARGV[3]
 local j = J(id)
-local f = redis.call('HMGET', j, 'status', 'token', 'queue', 'priority')
+local f = redis.call('HMGET', j, 'status', 'token', 'queue', 'priority', 'attempts', 'cancel_at')
 if f[1] ~= 'running' or f[2] ~= ARGV[4] then return 0 end
 local q = f[3]
-redis.call('HINCRBY', j, 'attempts', 1)
+if cancelling(f[6]) then
+  end_cancelled(j, id, q, now_s, ARGV[5])  -- never retried or dead-lettered once cancelled
+  return 1
+end
+redis.call('HSET', j, 'attempts', tostring((whole(f[5], 0) or 0) + 1))
 redis.call('ZREM', Q(q, 'lease'), id)
 local mode = ARGV[6]
 if mode == 'retry' then
@@ -224,7 +355,7 @@ if mode == 'retry' then
   redis.call('HSET', j, 'status', 'queued', 'eta', at, 'error', ARGV[5], 'token', '', 'worker', '',
     'lease_until', '0', 'm', m)
   if tonumber(at) <= tonumber(now_s) then
-    redis.call('ZADD', Q(q, 'ready'), -tonumber(f[4]), m)
+    redis.call('ZADD', Q(q, 'ready'), -(whole(f[4], -2147483647) or 0), m)
   else
     redis.call('ZADD', Q(q, 'sched'), at, id)
   end
@@ -240,33 +371,50 @@ end
 return 1
 """
 
-# ARGV: P, id, token -> 1 | 0
+# ARGV: P, id, token, now -> 1 | 0
 _RELEASE = r"""
 local id = ARGV[2]
 local j = J(id)
-local f = redis.call('HMGET', j, 'status', 'token', 'queue', 'priority', 'm', 'deliveries')
+local f = redis.call('HMGET', j, 'status', 'token', 'queue', 'priority', 'm', 'deliveries', 'cancel_at')
 if f[1] ~= 'running' or f[2] ~= ARGV[3] then return 0 end
-local d = tonumber(f[6]) - 1
+if cancelling(f[7]) then
+  end_cancelled(j, id, f[3], ARGV[4], nil)
+  return 1
+end
+local d = (whole(f[6], 0) or 1) - 1
 if d < 0 then d = 0 end
 redis.call('HSET', j, 'status', 'queued', 'token', '', 'worker', '', 'lease_until', '0', 'deliveries', d)
 redis.call('ZREM', Q(f[3], 'lease'), id)
-redis.call('ZADD', Q(f[3], 'ready'), -tonumber(f[4]), f[5])
+redis.call('ZADD', Q(f[3], 'ready'), -(whole(f[4], -2147483647) or 0), f[5])
 wake(f[3])
 return 1
 """
 
-# ARGV: P, now, id -> 1 | 0
+# ARGV: P, now, id, running ('1': request the cancel of a running job)
+#   -> 'cancelled' | 'requested' | 'running' | 'finished' | 'unknown' (foundry's CancelResult)
 _CANCEL = r"""
 local now_s, id = ARGV[2], ARGV[3]
 local j = J(id)
-local f = redis.call('HMGET', j, 'status', 'queue', 'm')
-if f[1] == 'cancelled' then return 1 end
-if f[1] ~= 'queued' then return 0 end
-redis.call('ZREM', Q(f[2], 'ready'), f[3])
-redis.call('ZREM', Q(f[2], 'sched'), id)
-redis.call('HSET', j, 'status', 'cancelled', 'finished_at', now_s)
-finish(j, id, f[2], tonumber(now_s))
-return 1
+local f = redis.call('HMGET', j, 'status', 'queue', 'm', 'lease_until')
+if not f[1] then return 'unknown' end
+if f[1] == 'cancelled' then return 'cancelled' end
+if f[1] == 'queued' then
+  redis.call('ZREM', Q(f[2], 'ready'), f[3])
+  redis.call('ZREM', Q(f[2], 'sched'), id)
+  redis.call('HSET', j, 'status', 'cancelled', 'finished_at', now_s)
+  finish(j, id, f[2], tonumber(now_s))
+  return 'cancelled'
+end
+if f[1] ~= 'running' then return 'finished' end
+if ARGV[4] ~= '1' then return 'running' end
+redis.call('HSETNX', j, 'cancel_at', now_s)
+local until_s = finite(f[4])
+if until_s ~= nil and until_s <= tonumber(now_s) then  -- held by a worker that is gone
+  end_cancelled(j, id, f[2], now_s, nil)
+  return 'cancelled'
+end
+redis.call('PUBLISH', P .. 'cancel', id)
+return 'requested'
 """
 
 # ARGV: P, now, id -> queue name | false
@@ -277,15 +425,15 @@ local f = redis.call('HMGET', j, 'status', 'queue', 'priority', 'key')
 if f[1] ~= 'dead' and f[1] ~= 'failed' then return false end
 local q = f[2]
 local m = member(now_s, id)
-redis.call('HSET', j, 'status', 'queued', 'eta', now_s, 'deliveries', '0', 'attempts', '0', 'token', '',
-  'worker', '', 'lease_until', '0', 'm', m)
-redis.call('HDEL', j, 'result', 'error', 'dead_reason', 'finished_at')
+redis.call('HSET', j, 'status', 'queued', 'eta', now_s, 'deliveries', '0', 'attempts', '0', 'crashes', '0',
+  'token', '', 'worker', '', 'lease_until', '0', 'm', m)
+redis.call('HDEL', j, 'result', 'error', 'dead_reason', 'finished_at', 'alone', 'cancel_at', 'progress')
 redis.call('ZREM', Q(q, 'dead'), id)
 redis.call('ZREM', P .. 'dead', id)
 redis.call('ZREM', P .. 'fin', fin_member(q, id))
 redis.call('PERSIST', j)
 if f[4] and f[4] ~= '' then redis.call('PERSIST', P .. 'k:' .. f[4]) end
-redis.call('ZADD', Q(q, 'ready'), -tonumber(f[3]), m)
+redis.call('ZADD', Q(q, 'ready'), -(whole(f[3], -2147483647) or 0), m)
 wake(q)
 return q
 """
@@ -327,8 +475,8 @@ local s = '-inf'
 for _ = 1, 64 do
   local first = redis.call('ZRANGEBYSCORE', rk, s, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 then break end
-  local eta = tonumber(string.sub(first[1], 1, 17)) / 1000000
-  if oldest == nil or eta < oldest then oldest = eta end
+  local eta = (tonumber(string.sub(first[1], 1, 17)) or 0) / 1000000  -- 0: a member Foundry did not add
+  if eta > 0 and (oldest == nil or eta < oldest) then oldest = eta end
   s = '(' .. first[2]
 end
 local d = redis.call('ZRANGE', sk, 0, 0, 'WITHSCORES')
@@ -348,11 +496,13 @@ SCRIPTS: dict[str, str] = {
         "claim_ids": _CLAIM_IDS,
         "reap": _REAP,
         "heartbeat": _HEARTBEAT,
+        "mark_alone": _MARK_ALONE,
         "complete": _COMPLETE,
         "fail": _FAIL,
         "release": _RELEASE,
         "cancel": _CANCEL,
         "requeue": _REQUEUE,
+        "progress": _PROGRESS,
         "purge": _PURGE,
         "stats": _STATS,
     }.items()

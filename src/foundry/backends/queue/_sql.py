@@ -7,12 +7,15 @@ Statements are written with qmark placeholders (``?``), ``{jobs}`` for the table
 them rewritten once (:class:`~foundry.backends._sql_common.SqlEngine`). One row per job holds its whole
 life: ``status`` moves queued → running → succeeded | failed | dead | cancelled, the
 lease is ``(token, lease_until)`` on the row, and every write that belongs to a
-delivery checks the token in the same statement (the fence).
+delivery checks the token in the same statement (the fence). A cancel request of a
+running job is ``cancel_at`` on the row; the statements that end a delivery read it in
+the same statement, so a requested cancel always ends the job ``cancelled``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -22,87 +25,120 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from foundry.backends._sql_common import SqlEngine
+from foundry.backends._records import INT32, Fields
+from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, prefix_range
+from foundry.backends.queue._records import (
+    CLAIM_FIELDS,
+    STATE_FIELDS,
+    dead_reason_for,
+    decode_claimed,
+    decode_state,
+    encode_progress,
+)
 from foundry.backends.queue.base import (
+    CancelResult,
     Capabilities,
     Claimed,
     Enqueued,
+    JobProgress,
     JobState,
-    JobStatus,
     NewJob,
     QueueStats,
     check_new_job,
+    check_queue_name,
 )
 from foundry.config import safe_url
-from foundry.errors import ConfigError, SubmitError
+from foundry.errors import ConfigError, MalformedRecordError, SubmitError
 
 T = TypeVar("T")
+log = logging.getLogger("foundry.queue")
 
 FINISHED = ("succeeded", "failed", "dead", "cancelled")
 _FINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in FINISHED) + ")"
 STATE_COLS = (
     "id, unit, queue, status, deliveries, attempts, result, error, dead_reason, codec, enqueued_at, "
-    "finished_at, eta, priority, key, payload"
+    "finished_at, eta, priority, key, cancel_at, progress, payload"
 )
+# What ``wait`` reads: the state without the payload (a waiter needs the outcome, and a
+# large payload would be read again on every look).
+WAIT_COLS = STATE_COLS.replace(", payload", ", NULL")
 CLAIM_COLS = (
     "id, queue, unit, payload, codec, token, lease_until, deliveries, attempts, max_retries, "
-    "max_deliveries, timeout, enqueued_at, priority, eta, seq"
+    "max_deliveries, timeout, enqueued_at, priority, eta, seq, trace"
 )
 INSERT_COLS = (
     "id, queue, unit, payload, codec, key, priority, eta, status, lease_until, deliveries, attempts, "
-    "max_retries, max_deliveries, timeout, result_ttl, enqueued_at"
+    "max_retries, max_deliveries, timeout, result_ttl, enqueued_at, trace"
 )
 _MARKS = ", ".join("?" * len(INSERT_COLS.split(",")))
-# A completion: kept from a stale delivery too (the work is done), but never over a final state.
+# A completion: kept from a stale delivery too (the work is done), but never over a final
+# state, and never over a cancel request (then _CANCEL_HELD ends the job instead).
 _SUCCEED = (
     "UPDATE {jobs} SET status = 'succeeded', result = ?, error = NULL, token = NULL, "
     "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
-    "WHERE id = ? AND status IN ('queued', 'running')"
+    "WHERE id = ? AND status IN ('queued', 'running') AND cancel_at IS NULL"
 )
+# The end of a running job with a cancel request, whatever its worker asked for (a
+# completion, a retry, a dead letter, a release) or when its lease lapsed: ``cancelled``,
+# the error (if any) kept. Params: error, now, now, id (+ token when fenced).
+_CANCEL_HELD = (
+    "UPDATE {jobs} SET status = 'cancelled', result = NULL, error = coalesce(?, error), token = NULL, "
+    "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
+    "WHERE id = ? AND status = 'running' AND cancel_at IS NOT NULL"
+)
+CANCELS = "cancels"  # the signal topic of a new cancel request (``cancel_requests`` waits on it)
+CANCEL_LOOK = 0.02  # fewest seconds between two looks of ``cancel_requests`` (a busy store wakes it often)
 RECHECK = 1.0  # longest a waiter sleeps without re-reading the store (a lost wake-up costs this)
-
-
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
+_DEAD_TTL = 7 * 86400.0  # how long a malformed record stays in dead letters (its own result_ttl is suspect)
+# Columns added after the first release: (name, SQL type and default), added to older tables on open.
+ADDED_COLUMNS = (
+    ("crashes", "INTEGER NOT NULL DEFAULT 0"),
+    ("alone", "TEXT"),
+    ("cancel_at", "DOUBLE PRECISION"),
+    ("progress", "TEXT"),
+    ("trace", "TEXT"),
+)
+# The dead-lettering of a record that cannot be decoded (by ``seq``: its id may be what is broken).
+_BURY = (
+    "UPDATE {jobs} SET status = 'dead', dead_reason = ?, token = NULL, worker = NULL, lease_until = 0, "
+    "finished_at = ?, expires_at = ? WHERE seq = ?"
+)
 
 
 def state_from_row(row: Sequence[Any]) -> JobState:
-    return JobState(
-        id=row[0],
-        unit=row[1],
-        queue=row[2],
-        status=JobStatus(row[3]),
-        deliveries=int(row[4]),
-        attempts=int(row[5]),
-        result=_bytes(row[6]),
-        error=_bytes(row[7]),
-        dead_reason=row[8],
-        codec=row[9],
-        enqueued_at=float(row[10]),
-        finished_at=None if row[11] is None else float(row[11]),
-        eta=float(row[12]),
-        priority=int(row[13]),
-        key=row[14],
-        payload=_bytes(row[15]),
-    )
+    """A :class:`JobState` from a row of ``STATE_COLS`` (see ``_records.decode_state``)."""
+    if len(row) != len(STATE_FIELDS):
+        raise MalformedRecordError(
+            repr(row[:1]), "row", len(row), f"does not have the {len(STATE_FIELDS)} columns of a job"
+        )
+    return decode_state(dict(zip(STATE_FIELDS, row, strict=True)))
 
 
 def claimed_from_row(row: Sequence[Any]) -> Claimed:
-    return Claimed(
-        id=row[0],
-        queue=row[1],
-        unit=row[2],
-        payload=bytes(row[3]),
-        codec=row[4],
-        token=row[5],
-        lease_until=float(row[6]),
-        deliveries=int(row[7]),
-        attempts=int(row[8]),
-        max_retries=int(row[9]),
-        max_deliveries=int(row[10]),
-        timeout=None if row[11] is None else float(row[11]),
-        enqueued_at=float(row[12]),
-    )
+    """A :class:`Claimed` from a row of ``CLAIM_COLS`` (see ``_records.decode_claimed``)."""
+    if len(row) < len(CLAIM_FIELDS):
+        raise MalformedRecordError(repr(row[:1]), "row", len(row), "does not have the columns of a claim")
+    values = dict(zip(CLAIM_FIELDS, row, strict=False))
+    values["trace"] = row[16] if len(row) > 16 else None  # after priority, eta, seq
+    return decode_claimed(values)
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
+    """Best first: higher priority, then earlier eta, then enqueue order (``CLAIM_COLS``)."""
+    f = Fields(row[0])
+    return (-f.integer("priority", row[13], low=-INT32), f.number("eta", row[14]), int(row[15]))
+
+
+F = TypeVar("F", float, float | None)
+
+
+def finite(value: Any, default: F) -> float | F:
+    """A stored number read where a bad one must not stop anything (``default`` then)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if math.isfinite(number) else default
 
 
 def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
@@ -124,6 +160,7 @@ def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
         None if job.timeout is None else float(job.timeout),
         float(job.result_ttl),
         now,
+        job.trace,
     )
 
 
@@ -193,6 +230,28 @@ class Signals:
         """Sleep until ``topic`` (or everything) moved past ``since``; ``False`` on timeout."""
         with self._cond:
             return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
+
+
+def watch_cancels(
+    signals: Signals, look: Callable[[], list[str]], timeout: float, closed: Callable[[], bool]
+) -> list[str]:
+    """The loop of every engine's ``cancel_requests``: ``look()`` at the store, and until
+    it finds something (or ``timeout``, or ``closed()``) sleep until a cancel request is
+    signalled (``CANCELS``), looking again at least every ``RECHECK`` s. A wake-up that is
+    not about a cancel (SQLite's "another process committed") looks again no sooner than
+    ``CANCEL_LOOK`` s after the last look: a busy store must not turn this into a busy loop."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        since = signals.gen(CANCELS)
+        looked = time.monotonic()
+        found = look()
+        left = deadline - time.monotonic()
+        if found or left <= 0 or closed():
+            return found
+        signals.wait(CANCELS, since, min(left, RECHECK))
+        pause = CANCEL_LOOK - (time.monotonic() - looked)
+        if pause > 0 and signals.gen(CANCELS)[1] == since[1]:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
 
 def job_topic(job_id: str) -> str:
@@ -292,6 +351,10 @@ class SqlQueue(SqlEngine):
         )
         if created:
             return Enqueued(job.id, True)
+        return self._existing(conn, job)
+
+    def _existing(self, conn: Any, job: NewJob) -> Enqueued:
+        """The job an insert of ``job`` conflicted with (its key, or its id)."""
         row = None
         if job.key is not None:
             row = self._one(conn, "SELECT id FROM {jobs} WHERE key = ?", (job.key,))
@@ -327,33 +390,58 @@ class SqlQueue(SqlEngine):
     # -- claim -------------------------------------------------------------------
 
     def _recover_lapsed(self, conn: Any, queue: str, now: float) -> None:
-        """Leases that lapsed: back to the queue, or to dead letters when poisonous."""
+        """Leases that lapsed: back to the queue, or to dead letters when poisonous. Only
+        a delivery its worker marked ``alone`` is charged (``crashes``); any other goes
+        back uncharged, and is a suspect next time (see the contract in ``base``)."""
         rows = self._all(
             conn,
-            "SELECT id, deliveries, attempts, max_deliveries FROM {jobs} WHERE queue = ? AND "
-            "status = 'running' AND lease_until <= ? ORDER BY lease_until LIMIT 500{skip}",
+            "SELECT seq, id, max_deliveries, crashes, alone, token, cancel_at FROM {jobs} WHERE queue = ? "
+            "AND status = 'running' AND lease_until <= ? ORDER BY lease_until LIMIT 500{skip}",
             (queue, now),
         )
-        for job_id, deliveries, attempts, max_deliveries in rows:
-            lost = int(deliveries) - int(attempts)
-            if lost >= int(max_deliveries):
+        for seq, job_id, max_deliveries, crashes, alone, token, cancel_at in rows:
+            if cancel_at is not None:  # its cancel was requested: it ends here, uncharged
+                self._run(conn, _CANCEL_HELD, (None, now, now, job_id))
+                continue
+            f = Fields(job_id)
+            try:
+                most = f.integer("max_deliveries", max_deliveries, low=1)
+                charged = f.integer("crashes", crashes) + (1 if alone is not None and alone == token else 0)
+            except MalformedRecordError as exc:
+                self._run(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, seq))
+                continue
+            if charged >= most:
                 reason = (
-                    f"its lease lapsed {lost} times without an outcome (deliveries={deliveries}, "
-                    f"max_deliveries={max_deliveries}): the job keeps killing or hanging its worker"
+                    f"its worker died or hung while this job ran alone in it, {charged} time(s) "
+                    f"(max_deliveries={most}): the job keeps killing or hanging its worker"
                 )
                 self._run(
                     conn,
-                    "UPDATE {jobs} SET status = 'dead', dead_reason = ?, token = NULL, worker = NULL, "
-                    "lease_until = 0, finished_at = ?, expires_at = ? + result_ttl WHERE id = ?",
-                    (reason, now, now, job_id),
+                    "UPDATE {jobs} SET status = 'dead', dead_reason = ?, crashes = ?, token = NULL, "
+                    "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
+                    "WHERE seq = ?",
+                    (reason, charged, now, now, seq),
                 )
             else:
                 self._run(
                     conn,
-                    "UPDATE {jobs} SET status = 'queued', token = NULL, worker = NULL, lease_until = 0 "
-                    "WHERE id = ?",
-                    (job_id,),
+                    "UPDATE {jobs} SET status = 'queued', crashes = ?, token = NULL, worker = NULL, "
+                    "lease_until = 0 WHERE seq = ?",
+                    (charged, seq),
                 )
+
+    def _lease_rows(self, conn: Any, rows: list[Any], now: float) -> list[Claimed]:
+        """The leased rows as jobs, best first; a row that cannot be decoded is
+        dead-lettered in the same transaction, with the reason, instead of handed out."""
+        good: list[tuple[tuple[int, float, int], Claimed]] = []
+        for row in rows:
+            try:
+                good.append((_claim_order(row), claimed_from_row(row)))
+            except MalformedRecordError as exc:
+                log.warning("queue %s: %s; dead-lettered", self.shown, exc)
+                self._run(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, row[15]))
+        good.sort(key=lambda pair: pair[0])
+        return [claimed for _, claimed in good]
 
     def _claim_now(self, conn: Any, queue: str, worker: str, lease: float, limit: int) -> list[Claimed]:
         now = self._now()
@@ -367,8 +455,7 @@ class SqlQueue(SqlEngine):
             f"LIMIT ?{{skip}}) RETURNING {CLAIM_COLS}",
             (token, worker, now + lease, now, queue, now, limit),
         )
-        rows.sort(key=lambda r: (-int(r[13]), float(r[14]), int(r[15])))
-        return [claimed_from_row(r) for r in rows]
+        return self._lease_rows(conn, rows, now)
 
     def _due(self, conn: Any, *, queue: str, now: float) -> tuple[bool, float]:
         """(something is claimable now, the next time something becomes claimable).
@@ -383,16 +470,15 @@ class SqlQueue(SqlEngine):
             "(SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running')",
             (queue, now, queue),
         )
-        lapse = math.inf if row[1] is None else float(row[1])
+        lapse = finite(row[1], math.inf)
         if row[0] or lapse <= now:
             return True, now
         later = self._one(conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,))
-        nxt = min(math.inf if later[0] is None else float(later[0]), lapse)
+        nxt = min(finite(later[0], math.inf), lapse)
         return nxt <= now, nxt
 
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
-        if not isinstance(queue, str) or not queue:
-            raise SubmitError(f"claim: queue={queue!r} is not a queue name. Fix: give a non-empty string")
+        check_queue_name(queue)
         if not lease > 0 or not math.isfinite(lease):
             raise SubmitError(
                 f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds"
@@ -442,26 +528,53 @@ class SqlQueue(SqlEngine):
             lambda _: (),
         )
 
-    def complete(self, job_id: str, token: str, result: bytes) -> bool:
-        now = self._now()
+    def progress(self, job_id: str, token: str, progress: JobProgress) -> bool:
+        record = encode_progress(progress)
         return self._commit(
-            lambda conn: self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0,
-            lambda ok: (job_topic(job_id),) if ok else (),
+            lambda conn: (
+                self._run(
+                    conn,
+                    "UPDATE {jobs} SET progress = ? WHERE id = ? AND token = ? AND status = 'running'",
+                    (record, job_id, token),
+                )
+                > 0
+            ),
+            lambda _: (),
         )
+
+    def mark_alone(self, job_id: str, token: str) -> bool:
+        return self._commit(
+            lambda conn: (
+                self._run(
+                    conn,
+                    "UPDATE {jobs} SET alone = token WHERE id = ? AND token = ? AND status = 'running'",
+                    (job_id, token),
+                )
+                > 0
+            ),
+            lambda _: (),
+        )
+
+    def complete(self, job_id: str, token: str, result: bytes) -> bool:
+        return self.complete_many([(job_id, token, result)])[0]
+
+    def _complete_one(self, conn: Any, job_id: str, result: bytes, now: float) -> tuple[bool, bool]:
+        """(the completion was written, the job ended: succeeded, or cancelled by a request)."""
+        if self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0:
+            return True, True
+        return False, self._run(conn, _CANCEL_HELD, (None, now, now, job_id)) > 0
 
     def complete_many(self, items: Sequence[tuple[str, str, bytes]]) -> list[bool]:
         """Several completions in one transaction (a worker's batched acks)."""
         now = self._now()
 
-        def body(conn: Any) -> list[bool]:
-            return [
-                self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0
-                for job_id, _token, result in items
-            ]
+        def body(conn: Any) -> list[tuple[bool, bool]]:
+            return [self._complete_one(conn, job_id, result, now) for job_id, _token, result in items]
 
-        return self._commit(
-            body, lambda oks: [job_topic(i[0]) for i, ok in zip(items, oks, strict=True) if ok]
+        ends = self._commit(
+            body, lambda done: [job_topic(i[0]) for i, (_, end) in zip(items, done, strict=True) if end]
         )
+        return [written for written, _ in ends]
 
     def fail(
         self,
@@ -481,7 +594,7 @@ class SqlQueue(SqlEngine):
             sql = (
                 "UPDATE {jobs} SET status = 'queued', eta = ?, error = ?, attempts = attempts + 1, "
                 "token = NULL, worker = NULL, lease_until = 0 "
-                "WHERE id = ? AND token = ? AND status = 'running' RETURNING queue"
+                "WHERE id = ? AND token = ? AND status = 'running' AND cancel_at IS NULL RETURNING queue"
             )
             params: tuple[Any, ...] = (float(retry_at), bytes(error), job_id, token)
         else:
@@ -489,53 +602,124 @@ class SqlQueue(SqlEngine):
             sql = (
                 "UPDATE {jobs} SET status = ?, error = ?, dead_reason = ?, attempts = attempts + 1, "
                 "token = NULL, worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
-                "WHERE id = ? AND token = ? AND status = 'running' RETURNING queue"
+                "WHERE id = ? AND token = ? AND status = 'running' AND cancel_at IS NULL RETURNING queue"
             )
             params = (status, bytes(error), dead_reason, now, now, job_id, token)
 
-        return self._update_job(job_id, sql, params, wake_queue=retry_at is not None)
+        return self._update_job(
+            job_id, sql, params, wake_queue=retry_at is not None, cancelled=(bytes(error), token)
+        )
 
-    def _update_job(self, job_id: str, sql: str, params: Sequence[Any], *, wake_queue: bool) -> bool:
+    def _update_job(
+        self,
+        job_id: str,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        wake_queue: bool,
+        cancelled: tuple[bytes | None, str] | None = None,
+    ) -> bool:
         """One ``UPDATE ... RETURNING queue`` of a job; wake its waiters (and its queue's
-        claimers when it became claimable). ``True`` when the row matched."""
+        claimers when it became claimable). ``True`` when the row matched. With
+        ``cancelled`` (the error to keep, the delivery's token): a job with a cancel
+        request that the statement left alone ends ``cancelled`` instead (also ``True``)."""
+        now = self._now()
 
-        def body(conn: Any) -> str | None:
+        def body(conn: Any) -> tuple[str | None, bool]:
             row = self._one(conn, sql, params)
-            return None if row is None else str(row[0])
+            if row is not None:
+                return str(row[0]), wake_queue
+            if cancelled is not None:
+                error, token = cancelled
+                row = self._one(
+                    conn, _CANCEL_HELD + " AND token = ? RETURNING queue", (error, now, now, job_id, token)
+                )
+                if row is not None:
+                    return str(row[0]), False
+            return None, False
 
-        def wake(queue: str | None) -> tuple[str, ...]:
+        def wake(done: tuple[str | None, bool]) -> tuple[str, ...]:
+            queue, claimable = done
             if queue is None:
                 return ()
-            return (job_topic(job_id), queue_topic(queue)) if wake_queue else (job_topic(job_id),)
+            return (job_topic(job_id), queue_topic(queue)) if claimable else (job_topic(job_id),)
 
-        return self._commit(body, wake) is not None
+        return self._commit(body, wake)[0] is not None
 
     def release(self, job_id: str, token: str) -> bool:
         return self._update_job(
             job_id,
             "UPDATE {jobs} SET status = 'queued', token = NULL, worker = NULL, lease_until = 0, "
             "deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END "
-            "WHERE id = ? AND token = ? AND status = 'running' RETURNING queue",
+            "WHERE id = ? AND token = ? AND status = 'running' AND cancel_at IS NULL RETURNING queue",
             (job_id, token),
             wake_queue=True,
+            cancelled=(None, token),
         )
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, *, running: bool = True) -> CancelResult:
         now = self._now()
 
-        def body(conn: Any) -> bool:
-            n = self._run(
-                conn,
-                "UPDATE {jobs} SET status = 'cancelled', finished_at = ?, expires_at = ? + result_ttl "
-                "WHERE id = ? AND status = 'queued'",
-                (now, now, job_id),
-            )
-            if n:
-                return True
-            row = self._one(conn, "SELECT status FROM {jobs} WHERE id = ?", (job_id,))
-            return row is not None and row[0] == "cancelled"
+        def body(conn: Any) -> tuple[CancelResult, bool]:
+            """(what happened, whether the job ended now)."""
+            for _ in range(3):  # a job moving between the statements (PostgreSQL): look again
+                if self._run(
+                    conn,
+                    "UPDATE {jobs} SET status = 'cancelled', finished_at = ?, expires_at = ? + result_ttl "
+                    "WHERE id = ? AND status = 'queued'",
+                    (now, now, job_id),
+                ):
+                    return CancelResult.CANCELLED, True
+                if running and self._run(  # held by a worker that is gone: nobody would stop it
+                    conn,
+                    "UPDATE {jobs} SET status = 'cancelled', cancel_at = coalesce(cancel_at, ?), "
+                    "token = NULL, worker = NULL, lease_until = 0, finished_at = ?, "
+                    "expires_at = ? + result_ttl "
+                    "WHERE id = ? AND status = 'running' AND lease_until <= ?",
+                    (now, now, now, job_id, now),
+                ):
+                    return CancelResult.CANCELLED, True
+                if running and self._run(
+                    conn,
+                    "UPDATE {jobs} SET cancel_at = coalesce(cancel_at, ?) "
+                    "WHERE id = ? AND status = 'running'",
+                    (now, job_id),
+                ):
+                    return CancelResult.REQUESTED, False
+                row = self._one(conn, "SELECT status FROM {jobs} WHERE id = ?", (job_id,))
+                if row is None:
+                    return CancelResult.UNKNOWN, False
+                if row[0] == "cancelled":
+                    return CancelResult.CANCELLED, False
+                if row[0] == "running" and not running:
+                    return CancelResult.RUNNING, False
+                if row[0] in FINISHED:
+                    return CancelResult.FINISHED, False
+            return CancelResult.RUNNING, False  # pragma: no cover - it kept moving; nothing changed
 
-        return self._commit(body, lambda ok: (job_topic(job_id),) if ok else ())
+        def wake(done: tuple[CancelResult, bool]) -> tuple[str, ...]:
+            result, ended = done
+            if ended:
+                return (job_topic(job_id),)
+            return (CANCELS,) if result is CancelResult.REQUESTED else ()
+
+        return self._commit(body, wake)[0]
+
+    def cancel_requests(self, job_ids: Sequence[str], *, timeout: float) -> list[str]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        sql = (
+            "SELECT id FROM {jobs} WHERE id IN (" + ", ".join("?" * len(ids)) + ") "
+            "AND status = 'running' AND cancel_at IS NOT NULL"
+        )
+        with self._watch():
+            return watch_cancels(
+                self.signals,
+                lambda: [str(r[0]) for r in self._query(lambda conn: self._all(conn, sql, ids))],
+                timeout,
+                lambda: self._closed,
+            )
 
     # -- reading -------------------------------------------------------------------
 
@@ -554,10 +738,12 @@ class SqlQueue(SqlEngine):
     def wait(self, job_id: str, timeout: float) -> JobState | None:
         deadline = time.monotonic() + max(0.0, timeout)
         topic = job_topic(job_id)
+        sql = f"SELECT {WAIT_COLS} FROM {{jobs}} WHERE id = ?"
         with self._watch():
             while True:
                 since = self.signals.gen(topic)
-                state = self.get(job_id)
+                row = self._query(lambda conn: self._one(conn, sql, (job_id,)))
+                state = None if row is None else state_from_row(row)
                 left = deadline - time.monotonic()
                 if state is None or state.status.value in FINISHED or left <= 0 or self._closed:
                     return state
@@ -577,7 +763,27 @@ class SqlQueue(SqlEngine):
                 "ORDER BY finished_at DESC, seq DESC LIMIT ?",
                 (queue, limit),
             )
-        return [state_from_row(r) for r in self._query(lambda conn: self._all(conn, sql, params))]
+        return self._states(self._query(lambda conn: self._all(conn, sql, params)))
+
+    def _states(self, rows: list[Any]) -> list[JobState]:
+        """The rows of a listing as states; a malformed one is left out, with a warning
+        naming it (one bad record must not hide every other job)."""
+        out: list[JobState] = []
+        for row in rows:
+            try:
+                out.append(state_from_row(row))
+            except MalformedRecordError as exc:
+                log.warning("queue %s: %s; left out of the listing", self.shown, exc)
+        return out
+
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` ids of jobs that begin with ``prefix``, in id order
+        (``foundry jobs show`` of a short id): a range over the unique index on ``id``."""
+        if not prefix:
+            return []
+        sql = f"SELECT id FROM {{jobs}} WHERE {PREFIX_SQL} ORDER BY id LIMIT ?"
+        rows = self._query(lambda conn: self._all(conn, sql, (*prefix_range(prefix), limit)))
+        return [row[0] for row in rows if isinstance(row[0], str) and row[0].startswith(prefix)]
 
     def jobs(self, queue: str | None = None, status: str | None = None, limit: int = 100) -> list[JobState]:
         """The most recent jobs (``foundry jobs list``), newest first."""
@@ -590,13 +796,14 @@ class SqlQueue(SqlEngine):
             params.append(status)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         sql = f"SELECT {STATE_COLS} FROM {{jobs}}{clause} ORDER BY seq DESC LIMIT ?"
-        return [state_from_row(r) for r in self._query(lambda conn: self._all(conn, sql, (*params, limit)))]
+        return self._states(self._query(lambda conn: self._all(conn, sql, (*params, limit))))
 
     def requeue(self, job_id: str) -> bool:
         return self._update_job(
             job_id,
-            "UPDATE {jobs} SET status = 'queued', eta = ?, deliveries = 0, attempts = 0, token = NULL, "
-            "worker = NULL, lease_until = 0, dead_reason = NULL, error = NULL, result = NULL, "
+            "UPDATE {jobs} SET status = 'queued', eta = ?, deliveries = 0, attempts = 0, crashes = 0, "
+            "alone = NULL, cancel_at = NULL, progress = NULL, token = NULL, worker = NULL, lease_until = 0, "
+            "dead_reason = NULL, error = NULL, result = NULL, "
             "finished_at = NULL, expires_at = NULL WHERE id = ? AND status IN ('dead', 'failed') "
             "RETURNING queue",
             (self._now(), job_id),

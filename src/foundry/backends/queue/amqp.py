@@ -3,7 +3,9 @@
 URL: ``amqp://user:password@host:5672/vhost``, or ``amqps://…`` for TLS, with query options
 
 * ``state=`` — where job state lives (see below). Default: a SQLite file
-  ``<FOUNDRY_HOME>/queue-amqp-<prefix>.db`` (one machine); for several machines use
+  ``<home>/queue-amqp-<prefix>.db`` in the app's state directory (``Foundry(home=...)``,
+  ``FOUNDRY_HOME``, the project's ``.foundry``: ``foundry.config.resolve_home``), so
+  one machine only; for several machines use
   ``state=postgresql://…`` or ``state=redis://…`` (percent-encode a URL that has its own
   ``?``/``&``). The store's tables or keys are named after ``prefix`` unless its URL
   says otherwise.
@@ -49,6 +51,12 @@ that arrives before its eta is sent to the next smaller delay queue, so a delay 
 ``d`` ms takes at most ``log2(d)`` hops and none of it is held in a worker's memory.
 Delay queues delete themselves when unused.
 
+**Messages Foundry did not write** (not UTF-8, not lines of ``<job id> <priority> <eta
+or ->``, more than 16 jobs) are copied with the reason (header ``x-foundry-reason``) to
+``<prefix>.<queue>.rejected`` and acknowledged: they never pin a prefetch slot. A queue
+RabbitMQ refuses to declare holds back only its own messages, retried on a back-off of
+their own (``_amqp_client``).
+
 **Crash windows** (stated honestly): a job is accepted when the state store committed
 it; its message is published right after and confirmed asynchronously (unconfirmed
 messages are re-sent after a reconnect). If the *submitting process* dies between the
@@ -68,20 +76,23 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from foundry.backends._urls import AMQP_TLS, refused_certificate, safe_url, tls_options
+from foundry.backends._urls import AMQP_TLS, ShowsUrl, refused_certificate, safe_url, tls_options
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
 from foundry.backends.queue._sql import positive
 from foundry.backends.queue.base import (
+    CancelResult,
     Capabilities,
     Claimed,
     Enqueued,
+    JobProgress,
     JobState,
     JobStatus,
     NewJob,
     QueueStats,
 )
 from foundry.backends.queue.redis import check_claim
+from foundry.config import resolve_home
 from foundry.errors import BackendUnavailableError, ConfigError
 
 __all__ = ["AmqpQueue"]
@@ -108,7 +119,7 @@ class _Signals:
             bump()
 
 
-class AmqpQueue:
+class AmqpQueue(ShowsUrl):
     """The RabbitMQ queue backend (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -118,8 +129,10 @@ class AmqpQueue:
         extras=("push", "publisher-confirms", "broker-delays", "state-store"),
     )
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    uses_home: ClassVar[bool] = True  # the default state store is a file in the app's home
+
+    def __init__(self, url: str, *, home: str | os.PathLike[str] | None = None) -> None:
+        self._url = url  # to connect with; everything shown uses ``url`` (masked)
         shown = safe_url(url)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -145,8 +158,8 @@ class AmqpQueue:
         state_url = query.get("state")
         self._own_state: Path | None = None
         if not state_url:
-            home = Path(os.environ.get("FOUNDRY_HOME") or ".foundry")
-            self._own_state = home / f"queue-amqp-{self.prefix}.db"
+            folder = Path(home) if home else resolve_home()  # the app's, else the resolved one
+            self._own_state = folder / f"queue-amqp-{self.prefix}.db"
             state_url = f"sqlite:///{self._own_state}"
         passed = {k: v for k, v in query.items() if k in _PASSED} | tls
         broker = urlunsplit(parts._replace(query=urlencode(passed)))
@@ -297,6 +310,21 @@ class AmqpQueue:
     def heartbeat(self, job_id: str, token: str, *, lease: float) -> bool:
         return self.state.heartbeat(job_id, token, lease=lease)
 
+    def progress(self, job_id: str, token: str, progress: JobProgress) -> bool:
+        return self.state.progress(job_id, token, progress)
+
+    def mark_alone(self, job_id: str, token: str) -> bool:
+        ok = self.state.mark_alone(job_id, token)
+        if ok:  # the messages of the jobs just given back reach the broker before this one
+            self.client.flush(self.client.reconnect)  # starts: it may kill this process
+        return ok
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why this backend can no longer work (its RabbitMQ client's publisher or
+        supervisor died), or ``None``; a worker that sees it stops."""
+        return self.client.failure
+
     def complete(self, job_id: str, token: str, result: bytes) -> bool:
         return self.state.complete(job_id, token, result)
 
@@ -326,8 +354,12 @@ class AmqpQueue:
             self._announce_state(job_id)
         return ok
 
-    def cancel(self, job_id: str) -> bool:
-        return self.state.cancel(job_id)
+    def cancel(self, job_id: str, *, running: bool = True) -> CancelResult:
+        # A queued job's message stays in the broker: its claim finds it cancelled and skips it.
+        return self.state.cancel(job_id, running=running)
+
+    def cancel_requests(self, job_ids: Sequence[str], *, timeout: float) -> list[str]:
+        return self.state.cancel_requests(job_ids, timeout=timeout)
 
     def requeue(self, job_id: str) -> bool:
         ok = self.state.requeue(job_id)
@@ -354,6 +386,10 @@ class AmqpQueue:
 
     def purge(self, now: float | None = None) -> int:
         return self.state.purge(now)
+
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        ids = getattr(self.state, "ids_starting", None)
+        return list(ids(prefix, limit)) if callable(ids) else []
 
     def jobs(self, queue: str | None = None, status: str | None = None, limit: int = 100) -> list[JobState]:
         jobs = getattr(self.state, "jobs", None)
@@ -389,6 +425,3 @@ class AmqpQueue:
                         os.unlink(f"{self._own_state}{suffix}")
                     except FileNotFoundError:
                         pass
-
-    def __repr__(self) -> str:
-        return f"<AmqpQueue {safe_url(self.url)}>"

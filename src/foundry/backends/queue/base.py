@@ -32,13 +32,59 @@ the suite checks, is:
 * **Waiting has a timeout.** ``claim`` and ``wait`` block at most ``timeout`` seconds,
   woken by the engine's notification mechanism where it has one (LISTEN/NOTIFY,
   blocking pops, AMQP push), by short polling otherwise (``capabilities.notify``).
-* **Poison jobs go to dead letters.** When a job's lease lapses and the deliveries that
-  ended without a recorded outcome (``deliveries - attempts``) have reached
-  ``max_deliveries``, the engine moves it to the dead-letter set (``dead_reason`` says
-  the worker died or hung that many times) instead of delivering it again.
-  ``release`` gives the delivery back (it does not count), so graceful restarts never
-  poison a job.
-* **Cancellation** of a queued job (``cancel``) succeeds only while nobody holds it.
+* **Only the job that ran alone is charged with its worker's death.** A worker that
+  dies (or hangs) takes every job it holds with it — the one that killed it, the ones
+  running beside it, the ones waiting in its prefetch buffer, the finished ones whose
+  completion was not written yet — and nothing in the store says which one it was. So
+  a lapsed lease is *charged* to its job only when the worker had marked that delivery
+  ``mark_alone`` (it was running with nothing else in the worker: see
+  ``Claimed.suspect``); the job's ``crashes`` count goes up, and when it reaches
+  ``max_deliveries`` the engine moves the job to the dead-letter set (``dead_reason``
+  says the job killed or hung its worker that many times while running alone) instead
+  of delivering it again. Any other lapse is not charged: the job goes back to the queue
+  and, its last delivery having ended without an outcome, is a *suspect* that the next
+  worker runs alone. A poison job is therefore dead-lettered after its first shared
+  crash plus ``max_deliveries`` lone ones (more shared ones only if a worker ran it
+  beside jobs that would not finish: see ``foundry.deliver.worker``), and a healthy job
+  that merely shared its worker never is. ``release`` gives the delivery back (it does
+  not count), so graceful restarts never make a suspect.
+* **Malformed records are dead-lettered, never run.** A record the engine cannot decode
+  into a job (written by something other than Foundry, or altered) is moved to the
+  dead-letter set by ``claim`` with the :class:`~foundry.errors.MalformedRecordError`
+  text as its reason, and the other jobs of the claim are handed out as usual; ``get``
+  raises that error for it until then (a dead letter is read leniently, so that its
+  reason shows). Each engine's decoder (``state_from_row``/``claimed_from_row``,
+  ``state_from_hash``/``claimed_from_reply``, ``parse_body``) either returns a valid
+  job or raises that one error.
+* **Cancellation ends a job once, as ``cancelled``, and is never retried.** ``cancel``
+  of a *queued* (or delayed, or retry-scheduled) job writes its final record at once: it
+  never runs (:attr:`CancelResult.CANCELLED`). ``cancel`` of a *running* job records a
+  **cancel request** in the store, durably (``JobState.cancel_requested_at``), and
+  returns :attr:`CancelResult.REQUESTED`; the job's worker, on whatever host, learns of
+  it through ``cancel_requests`` (woken by the engine's notification where it has one,
+  re-reading the store at least every second) and stops the work. From the moment the
+  request is recorded the store itself makes every end of that delivery ``cancelled``:
+  ``fail`` (whatever it asks: a retry, a dead letter, a failure; the error is kept),
+  ``release``, and the lapse of its lease (the worker died: not charged, not delivered
+  again) all write ``cancelled``; ``complete`` writes ``cancelled`` too and returns
+  ``False`` (the result is dropped: a cancel stops work, it does not undo the effects the
+  work already had). So an accepted cancel always ends in ``cancelled``, written once;
+  a job whose completion was written before the request landed keeps it
+  (:attr:`CancelResult.FINISHED`: nothing changes). A running job whose lease has
+  already lapsed (its worker is gone) is cancelled at once. ``cancel(…, running=False)``
+  leaves a running job alone (:attr:`CancelResult.RUNNING`): what a purge of waiting
+  jobs wants. Repeating a cancel is harmless (the first request's time is kept).
+* **Progress is advisory, fenced and kept.** ``progress`` records what the running
+  delivery says of itself (:class:`JobProgress`: done, total, a note) on the job, durably,
+  when ``token`` is its current lease and it is running (else it does nothing and returns
+  ``False``); the last record stays on the job after it finishes (a crash shows how far it
+  got) and is cleared by ``requeue``. A record that cannot be decoded reads as ``None``:
+  progress never makes a job unreadable.
+* **The trace context travels with the job.** ``NewJob.trace`` (a W3C trace context,
+  ``foundry.tracecontext``) is stored with the job and handed out on every ``Claimed``
+  of it; a job stored without one (by an older Foundry, or by anything else) and a value
+  that is not a valid trace context both read as ``None``: never an error, never a dead
+  letter (tracing is advisory, like progress).
 * **Results expire.** A finished job's record (and result) is kept until read or
   until ``result_ttl`` passes, whichever is later-bounded by ``purge``.
 
@@ -50,22 +96,28 @@ because the store, not the worker, is the source of truth.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Protocol
 
 from foundry.errors import SubmitError
+from foundry.tracecontext import parse_trace
+from foundry.traits import queue_name_problem
 
 __all__ = [
+    "CancelResult",
     "Capabilities",
     "Claimed",
     "Enqueued",
+    "JobProgress",
     "JobState",
     "JobStatus",
     "NewJob",
     "QueueBackend",
     "QueueStats",
     "check_new_job",
+    "check_queue_name",
 ]
 
 
@@ -76,6 +128,21 @@ class JobStatus(StrEnum):
     FAILED = "failed"  # failed for good without dead-lettering (retries exhausted)
     DEAD = "dead"  # in the dead-letter set, with a reason
     CANCELLED = "cancelled"
+
+
+class CancelResult(StrEnum):
+    """What ``cancel`` did (see the module docstring)."""
+
+    CANCELLED = "cancelled"  # it was queued (or cancelled already): it never runs
+    REQUESTED = "requested"  # it runs: the request is recorded; it ends cancelled when its worker stops it
+    RUNNING = "running"  # it runs and ``running=False`` asked to leave it alone: nothing changed
+    FINISHED = "finished"  # it had its outcome already (succeeded, failed, dead): nothing changed
+    UNKNOWN = "unknown"  # no such job (never enqueued here, or purged after its result_ttl)
+
+    @property
+    def accepted(self) -> bool:
+        """The job will end ``cancelled`` (it will not complete)."""
+        return self in (CancelResult.CANCELLED, CancelResult.REQUESTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +161,7 @@ class NewJob:
     max_deliveries: int = 5  # a job that keeps killing its worker goes to dead letters
     timeout: float | None = None  # per-job run timeout (seconds)
     result_ttl: float = 7 * 86400.0
+    trace: str | None = None  # the W3C trace context it was submitted in (foundry.tracecontext.pack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +187,38 @@ class Claimed:
     max_deliveries: int
     timeout: float | None
     enqueued_at: float
+    trace: str | None = None  # as submitted; None when absent or not a valid trace context
+
+    @property
+    def suspect(self) -> bool:
+        """An earlier delivery ended without an outcome (its worker died or hung while
+        holding it): run this one alone and ``mark_alone`` it, so that a death now is
+        charged to this job and no other (see the module docstring)."""
+        return self.deliveries > self.attempts + 1
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """How far a running job says it got (``foundry.progress(done, total, note)``)."""
+
+    done: float
+    total: float | None = None  # None: the job does not know how much there is
+    note: str = ""
+    at: float = 0.0  # unix time the worker recorded it
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` in [0, 1], or ``None`` when the total is unknown."""
+        if self.total is None or self.total <= 0:
+            return None
+        return min(1.0, max(0.0, self.done / self.total))
+
+    def describe(self) -> str:
+        """``"40% (24/60 frames)"`` style text for tables."""
+        fraction = self.fraction
+        amount = f"{self.done:g}" if self.total is None else f"{self.done:g}/{self.total:g}"
+        head = f"{fraction:.0%} ({amount})" if fraction is not None else amount
+        return f"{head} {self.note}".strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +241,8 @@ class JobState:
     priority: int = 0
     key: str | None = None
     payload: bytes | None = None
+    cancel_requested_at: float | None = None  # a cancel was requested (unix time) while it ran
+    progress: JobProgress | None = None  # the last progress its deliveries recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +266,12 @@ class QueueBackend(Protocol):
     """A durable queue engine. See the module docstring for the contract."""
 
     capabilities: ClassVar[Capabilities]
-    url: str
+
+    @property
+    def url(self) -> str:
+        """The queue's URL with its secrets masked (``foundry.config.safe_url``): what
+        messages, logs and tools show; the password itself stays with the driver."""
+        ...
 
     def enqueue(self, job: NewJob) -> Enqueued: ...
 
@@ -180,8 +287,23 @@ class QueueBackend(Protocol):
         """Extend the lease to now + ``lease``; ``False`` when the token is stale."""
         ...
 
+    def progress(self, job_id: str, token: str, progress: JobProgress) -> bool:
+        """Record ``progress`` on the running delivery ``token`` of the job (replacing the
+        last record); ``False`` when the token is stale or the job is not running."""
+        ...
+
+    def mark_alone(self, job_id: str, token: str) -> bool:
+        """Record, durably and before it starts, that this delivery runs alone in its
+        worker: if its lease lapses now, the job is charged with the worker's death.
+        ``False`` when the token is stale (then do not run it). When it returns, what this
+        backend accepted before it — the jobs the worker just gave back — is where other
+        workers find it (an engine that publishes asynchronously waits for its
+        confirmations), so a death of the worker now costs no other job its delivery."""
+        ...
+
     def complete(self, job_id: str, token: str, result: bytes) -> bool:
-        """Write the single completion record; ``False`` if the job already had one."""
+        """Write the single completion record; ``False`` if the job already had one (or
+        has a cancel request: then ``cancelled`` is written instead)."""
         ...
 
     def fail(
@@ -194,15 +316,26 @@ class QueueBackend(Protocol):
         dead_reason: str | None = None,
     ) -> bool:
         """Record a failed attempt: retry at ``retry_at``, dead-letter with ``dead_reason``,
-        or (neither) fail for good. ``False`` when the token is stale."""
+        or (neither) fail for good; ``cancelled`` instead, whatever was asked, when the job
+        has a cancel request. ``False`` when the token is stale."""
         ...
 
     def release(self, job_id: str, token: str) -> bool:
-        """Give a leased job back for immediate redelivery (graceful shutdown)."""
+        """Give a leased job back for immediate redelivery (graceful shutdown); one with a
+        cancel request ends ``cancelled`` instead."""
         ...
 
-    def cancel(self, job_id: str) -> bool:
-        """Cancel a job nobody holds; ``True`` when it will not run."""
+    def cancel(self, job_id: str, *, running: bool = True) -> CancelResult:
+        """Cancel a queued job now, or record a cancel request for a running one (unless
+        ``running=False``); what happened, as a :class:`CancelResult`. Atomic: the job is
+        in exactly one of those cases, and a completion racing the request either was
+        written first (``FINISHED``) or is turned into ``cancelled``."""
+        ...
+
+    def cancel_requests(self, job_ids: Sequence[str], *, timeout: float) -> list[str]:
+        """Those of ``job_ids`` (jobs the caller runs) that are running with a cancel
+        request; blocks up to ``timeout`` seconds until there is one, woken by the engine's
+        notification where it has one, looking at the store at least every second."""
         ...
 
     def get(self, job_id: str) -> JobState | None: ...
@@ -212,7 +345,8 @@ class QueueBackend(Protocol):
         ...
 
     def wait(self, job_id: str, timeout: float) -> JobState | None:
-        """Block until the job is finished (or ``timeout``); return its latest state."""
+        """Block until the job is finished (or ``timeout``); return its latest state, without
+        its payload (``payload=None``: a waiter needs the outcome; :meth:`get` has it)."""
         ...
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobState]: ...
@@ -238,10 +372,15 @@ def check_new_job(job: NewJob) -> None:
         value = getattr(job, name)
         return SubmitError(f"job {job.id!r} (unit {job.unit!r}): {name}={value!r} {problem}. Fix: {fix}")
 
-    for name in ("id", "queue", "unit"):
+    for name in ("id", "unit"):
         value = getattr(job, name)
-        if not isinstance(value, str) or not value or len(value) > 255:
-            raise bad(name, "is not a non-empty string of at most 255 characters", f"give a {name} name")
+        if not isinstance(value, str) or not value or len(value) > 255 or not value.isprintable():
+            raise bad(
+                name, "is not a non-empty printable string of at most 255 characters", f"give a {name} name"
+            )
+    problem = queue_name_problem(job.queue)
+    if problem is not None:
+        raise bad("queue", problem, 'name the queue, e.g. queue="emails"')
     if not isinstance(job.payload, bytes | bytearray | memoryview):
         raise bad("payload", "is not bytes", "encode it with foundry.serialize.get_codec(...).encode")
     if job.codec not in ("json", "pickle"):
@@ -252,14 +391,18 @@ def check_new_job(job: NewJob) -> None:
         raise bad("priority", "is not a 32-bit integer", "use a small integer; higher runs first")
     if job.eta is not None and (not isinstance(job.eta, int | float) or not math.isfinite(job.eta)):
         raise bad("eta", "is not a finite unix time", "give time.time() + delay, or None for now")
-    if isinstance(job.max_retries, bool) or not isinstance(job.max_retries, int) or job.max_retries < 0:
-        raise bad("max_retries", "is not an integer >= 0", "use retries=0 or more")
+    if (
+        isinstance(job.max_retries, bool)
+        or not isinstance(job.max_retries, int)
+        or not 0 <= job.max_retries <= 2**31 - 1
+    ):
+        raise bad("max_retries", "is not an integer from 0 to 2**31-1", "use retries=0 or more")
     if (
         isinstance(job.max_deliveries, bool)
         or not isinstance(job.max_deliveries, int)
-        or job.max_deliveries < 1
+        or not 1 <= job.max_deliveries <= 2**31 - 1
     ):
-        raise bad("max_deliveries", "is not an integer >= 1", "use max_deliveries=1 or more")
+        raise bad("max_deliveries", "is not an integer from 1 to 2**31-1", "use max_deliveries=1 or more")
     if job.timeout is not None and (
         not isinstance(job.timeout, int | float) or not math.isfinite(job.timeout) or job.timeout <= 0
     ):
@@ -270,3 +413,14 @@ def check_new_job(job: NewJob) -> None:
         or job.result_ttl <= 0
     ):
         raise bad("result_ttl", "is not a positive number of seconds", "keep results e.g. 7 days (604800)")
+    if job.trace is not None and parse_trace(job.trace) != job.trace:
+        raise bad(
+            "trace", "is not a W3C trace context", "give foundry.tracecontext.pack(traceparent), or None"
+        )
+
+
+def check_queue_name(queue: object, what: str = "claim") -> None:
+    """Refuse a queue name that not every engine can carry (:data:`foundry.traits.QUEUE_NAME_RULE`)."""
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise SubmitError(f"{what}: queue={queue!r} {problem}. Fix: name the queue, e.g. 'emails'")

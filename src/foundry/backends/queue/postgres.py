@@ -13,6 +13,13 @@ connection per process (``LISTEN``) wakes the local waiters of that queue or job
 claims and ``wait`` sleep without polling (``capabilities.notify = True``); they still
 look again every second in case a notification was lost to a reconnect.
 
+A worker cut off from the database in the middle of a transaction (its machine
+unplugged: the connection hangs, it does not close) would hold that transaction's row
+locks for as long as the server keeps the session; every session therefore sets
+``idle_in_transaction_session_timeout`` and server-side TCP keepalives
+(:data:`foundry.backends._sql_common.SESSION_SETTINGS`), and the jobs it held go to other
+workers once that and their lease have passed (``tests/multihost``).
+
 A restart of the server breaks every connection: the calls that were using one raise
 :class:`~foundry.errors.BackendUnavailableError` (callers retry), an idle connection
 found dead is replaced before anything is sent, and the listener reconnects with
@@ -27,8 +34,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends._sql_common import PgListener, Postgres
-from foundry.backends.queue._sql import INSERT_COLS, SqlQueue, insert_params, parse_url, positive
+from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres
+from foundry.backends.queue._sql import (
+    ADDED_COLUMNS,
+    INSERT_COLS,
+    SqlQueue,
+    insert_params,
+    parse_url,
+    positive,
+)
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
@@ -38,6 +52,7 @@ __all__ = ["PostgresQueue"]
 log = logging.getLogger("foundry.queue.postgres")
 
 T = TypeVar("T")
+
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {jobs} (
@@ -66,7 +81,12 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     enqueued_at DOUBLE PRECISION NOT NULL,
     started_at DOUBLE PRECISION,
     finished_at DOUBLE PRECISION,
-    expires_at DOUBLE PRECISION
+    expires_at DOUBLE PRECISION,
+    crashes INTEGER NOT NULL DEFAULT 0, -- lapses charged to the job: it ran alone (see base.py)
+    alone TEXT, -- the token of the delivery its worker marked as running alone
+    cancel_at DOUBLE PRECISION, -- a cancel was requested while it ran: every end of it is 'cancelled'
+    progress TEXT, -- the last JobProgress its deliveries recorded (JSON)
+    trace TEXT -- the W3C trace context it was submitted in (foundry.tracecontext)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {jobs}_key ON {jobs} (key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {jobs}_ready ON {jobs} (queue, priority DESC, eta, seq) WHERE status = 'queued';
@@ -76,6 +96,7 @@ CREATE INDEX IF NOT EXISTS {jobs}_expires ON {jobs} (expires_at) WHERE expires_a
 """
 
 _OWN_OPTIONS = ("schema", "prefix", "pool")
+_HEAVY = 8 << 20  # bytes in one value that make a connection worth closing after use
 
 
 class PostgresQueue(SqlQueue):
@@ -104,7 +125,14 @@ class PostgresQueue(SqlQueue):
                 "Fix: e.g. ?schema=myapp"
             )
         rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
-        self._pg = Postgres(psycopg, f"queue {safe_url(url)}", parts, rest, self.schema)
+        self._pg = Postgres(
+            psycopg,
+            f"queue {safe_url(url)}",
+            parts,
+            rest,
+            self.schema,
+            SESSION_SETTINGS,
+        )
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
         self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
         self._listener = PgListener(
@@ -121,6 +149,38 @@ class PostgresQueue(SqlQueue):
             self._pool.close()
             raise
 
+    # Rows come back in binary: a bytea column (a payload, a result) arrives as its bytes;
+    # the text format sends it as hex, twice the size, decoded in a third copy. libpq keeps
+    # its buffers at the largest size they ever held, so a connection that carried a large
+    # payload or result is closed after use instead of keeping that much memory in the pool.
+    def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        self._weigh(conn, params)
+        row = conn.execute(self._sql(sql), params, binary=True).fetchone()
+        if row is not None:
+            self._weigh(conn, row)
+        return row
+
+    def _all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._weigh(conn, params)
+        rows = list(conn.execute(self._sql(sql), params, binary=True).fetchall())
+        for row in rows:
+            self._weigh(conn, row)
+        return rows
+
+    def _run(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+        self._weigh(conn, params)
+        return int(conn.execute(self._sql(sql), params).rowcount)
+
+    def _weigh(self, conn: Any, values: Sequence[Any]) -> None:
+        if any(isinstance(v, bytes | bytearray | memoryview) and len(v) >= _HEAVY for v in values):
+            conn._foundry_heavy = True
+
+    @staticmethod
+    def _shed(conn: Any) -> None:
+        """Close ``conn`` if it carried a large value (the pool then drops it)."""
+        if getattr(conn, "_foundry_heavy", False):
+            conn.close()
+
     # -- connections -----------------------------------------------------------------
 
     def _create_schema(self) -> None:
@@ -134,6 +194,20 @@ class PostgresQueue(SqlQueue):
             for statement in ddl.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            have = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                    "AND table_name = %s",
+                    (self.schema, self.table),
+                )
+            }
+            for (
+                name,
+                kind,
+            ) in ADDED_COLUMNS:  # to a table made by an older Foundry (ALTER locks it: only then)
+                if name not in have:
+                    conn.execute(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {name} {kind}")
 
         with self._errors():
             self._write(create)
@@ -146,7 +220,10 @@ class PostgresQueue(SqlQueue):
         for attempt in range(2):
             try:
                 with self._errors(), self._pool.connection() as conn:
-                    return fn(conn)
+                    try:
+                        return fn(conn)
+                    finally:
+                        self._shed(conn)
             except BackendUnavailableError:
                 if attempt:
                     raise
@@ -172,6 +249,7 @@ class PostgresQueue(SqlQueue):
                         pass
                     raise
                 conn.execute("COMMIT")
+                self._shed(conn)
                 return value
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -183,6 +261,8 @@ class PostgresQueue(SqlQueue):
     def _insert_many(self, conn: Any, jobs: list[NewJob], now: float) -> list[Enqueued]:
         marks = ", ".join(["%s"] * len(INSERT_COLS.split(",")))
         created: list[bool] = []
+        for job in jobs:
+            self._weigh(conn, (job.payload,))
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {self.table} ({INSERT_COLS}) VALUES ({marks}) "

@@ -56,22 +56,53 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from foundry.backends._urls import REDIS_PASSED, REDIS_TLS, refused_certificate, safe_url, tls_options
+from foundry.backends._urls import (
+    REDIS_PASSED,
+    REDIS_TLS,
+    ShowsUrl,
+    refused_certificate,
+    safe_url,
+    tls_options,
+)
+from foundry.backends.queue._records import (
+    STATE_FIELDS,
+    dead_reason_for,
+    decode_claimed,
+    decode_state,
+    encode_progress,
+)
 from foundry.backends.queue._redis_scripts import SCRIPTS
-from foundry.backends.queue._sql import RECHECK, Signals, job_topic, positive
+from foundry.backends.queue._sql import (
+    CANCELS,
+    RECHECK,
+    Signals,
+    finite,
+    job_topic,
+    positive,
+    watch_cancels,
+)
 from foundry.backends.queue.base import (
+    CancelResult,
     Capabilities,
     Claimed,
     Enqueued,
+    JobProgress,
     JobState,
     JobStatus,
     NewJob,
     QueueStats,
     check_new_job,
+    check_queue_name,
 )
-from foundry.errors import BackendError, BackendUnavailableError, ConfigError, SubmitError
+from foundry.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    MalformedRecordError,
+    SubmitError,
+)
 
-__all__ = ["RedisQueue"]
+__all__ = ["RedisQueue", "claimed_from_reply", "state_from_hash"]
 
 log = logging.getLogger("foundry.queue.redis")
 
@@ -79,30 +110,26 @@ T = TypeVar("T")
 
 _OWN = ("prefix", "reconnect")
 _PASSED = REDIS_PASSED
-_STATE_FIELDS = (
-    "id",
-    "unit",
-    "queue",
-    "status",
-    "deliveries",
-    "attempts",
-    "result",
-    "error",
-    "dead_reason",
-    "codec",
-    "enqueued_at",
-    "finished_at",
-    "eta",
-    "priority",
-    "key",
-    "payload",
-)
+_STATE_FIELDS = STATE_FIELDS  # HMGET order of a job's state
+_WAIT_FIELDS = _STATE_FIELDS[:-1]  # what ``wait`` reads: all but the payload (the last field)
+_BIG_ARG = 64 * 1024  # an argument at least this large is sent as itself, not copied into the command
 _BLOCK_MAX = 5.0  # longest single BLPOP; the socket timeout of blocking calls is above it
 _FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _text(value: Any, errors: str = "strict") -> str:
+    return value.decode(errors=errors) if isinstance(value, bytes) else str(value)
+
+
+def _opt_raw(value: Any) -> Any:
+    return None if value in (None, b"", "") else value
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _opt(value: Any) -> str | None:
@@ -122,22 +149,43 @@ def _num(value: float) -> str:
 
 
 def claimed_from_reply(row: Sequence[Any], queue: str, token: str, until: float) -> Claimed:
-    """A ``Claimed`` from a script's reply row (see ``lease_job`` in the scripts)."""
-    return Claimed(
-        id=_text(row[0]),
-        queue=queue,
-        unit=_text(row[1]),
-        payload=bytes(row[2]),
-        codec=_text(row[3]),
-        token=token,
-        lease_until=until,
-        deliveries=int(row[4]),
-        attempts=int(row[5]),
-        max_retries=int(row[6]),
-        max_deliveries=int(row[7]),
-        timeout=_float(row[8]),
-        enqueued_at=float(row[9]),
+    """A ``Claimed`` from a script's reply row (see ``lease_job`` in the scripts and
+    ``_records.decode_claimed``)."""
+    if not isinstance(row, list | tuple) or len(row) < 10:
+        raise MalformedRecordError(repr(row)[:40], "reply", row, "is not a leased job's fields")
+    unit, payload, codec, deliveries, attempts, max_retries, max_deliveries, timeout, enqueued_at = row[1:10]
+    return decode_claimed(
+        {
+            "id": row[0],
+            "queue": queue,
+            "unit": unit,
+            "payload": payload,
+            "codec": codec,
+            "token": token,
+            "lease_until": until,
+            "deliveries": deliveries,
+            "attempts": attempts,
+            "max_retries": max_retries,
+            "max_deliveries": max_deliveries,
+            "timeout": timeout,
+            "enqueued_at": enqueued_at,
+            "trace": row[11] if len(row) > 11 else None,  # a job from before traces has ''
+        }
     )
+
+
+def state_from_hash(
+    job_id: str, values: Sequence[Any], fields: Sequence[str] = _STATE_FIELDS
+) -> JobState | None:
+    """A ``JobState`` from the ``HMGET`` of ``fields`` (``_STATE_FIELDS``, or ``_WAIT_FIELDS``
+    for a state without its payload; ``None``: no such job; see ``_records.decode_state``)."""
+    if len(values) != len(fields):
+        raise MalformedRecordError(job_id, "fields", len(values), "is not the fields of a job")
+    v = dict(zip(fields, values, strict=True))
+    if v["status"] is None:
+        return None
+    v["id"] = job_id
+    return decode_state(v)
 
 
 class _Signals(Signals):
@@ -155,7 +203,8 @@ class _Signals(Signals):
 
 class _Listener:
     """One subscriber thread per backend, running only while somebody waits: finished
-    job ids arrive on ``<prefix>:done`` and wake the local waiters of that job."""
+    job ids arrive on ``<prefix>:done`` and wake the local waiters of that job; cancel
+    requests arrive on ``<prefix>:cancel`` and wake ``cancel_requests``."""
 
     def __init__(self, queue: RedisQueue) -> None:
         self._queue = queue
@@ -183,6 +232,7 @@ class _Listener:
     def _run(self) -> None:
         q = self._queue
         channel = (q.prefix + "done").encode()
+        cancels = (q.prefix + "cancel").encode()
         idle_since = time.monotonic()
         pause = 0.05
         pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
@@ -196,7 +246,7 @@ class _Listener:
                         return
                 try:
                     if not pubsub.subscribed:
-                        pubsub.subscribe(channel)
+                        pubsub.subscribe(channel, cancels)
                     msg = pubsub.get_message(timeout=0.5)
                 except (redis.ConnectionError, redis.TimeoutError):
                     self._ready.clear()
@@ -211,8 +261,11 @@ class _Listener:
                 if msg is None:
                     continue
                 if msg["type"] == "subscribe":
-                    self._ready.set()
-                    q.signals.bump_all()
+                    if msg["channel"] == channel:
+                        self._ready.set()
+                        q.signals.bump_all()
+                elif msg["type"] == "message" and msg["channel"] == cancels:
+                    q.signals.bump(CANCELS)
                 elif msg["type"] == "message":
                     q.signals.bump(job_topic(_text(msg["data"])))
         finally:
@@ -227,7 +280,7 @@ class _Listener:
             thread.join(5.0)
 
 
-class RedisQueue:
+class RedisQueue(ShowsUrl):
     """The Redis queue backend (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -235,7 +288,7 @@ class RedisQueue:
     )
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self._url = url  # to connect with; everything shown uses ``url`` (masked)
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in REDIS_TLS)
@@ -291,16 +344,16 @@ class RedisQueue:
         pause = 0.05
         while True:
             if self._closed:
-                raise BackendError(f"queue {safe_url(self.url)} is closed. Fix: do not use it after close()")
+                raise BackendError(f"queue {self.url} is closed. Fix: do not use it after close()")
             try:
                 return fn(*args)
             except redis.AuthenticationError as exc:
                 raise ConfigError(
-                    f"queue URL {safe_url(self.url)!r}: Redis refused the credentials ({exc}). "
+                    f"queue URL {self.url!r}: Redis refused the credentials ({exc}). "
                     "Fix: correct the user/password in the URL"
                 ) from exc
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                refused = refused_certificate(exc, "queue", self.url, "ssl_ca_certs")
+                refused = refused_certificate(exc, "queue", self._url, "ssl_ca_certs")
                 if refused is not None:
                     raise refused from exc
                 now = time.monotonic()
@@ -308,7 +361,7 @@ class RedisQueue:
                     deadline = now + (self._reconnect if within is None else within)
                 if now >= deadline:
                     raise BackendUnavailableError(
-                        f"queue {safe_url(self.url)}: Redis unreachable during {what} "
+                        f"queue {self.url}: Redis unreachable during {what} "
                         f"({type(exc).__name__}: {exc}). Fix: start Redis or correct the URL"
                         f"{self._tls_hint}; accepted jobs are safe in Redis, retry the call"
                     ) from exc
@@ -316,7 +369,7 @@ class RedisQueue:
                 pause = min(pause * 2, 1.0)
             except redis.RedisError as exc:
                 raise BackendError(
-                    f"queue {safe_url(self.url)}: Redis failed during {what} ({type(exc).__name__}: {exc})"
+                    f"queue {self.url}: Redis failed during {what} ({type(exc).__name__}: {exc})"
                 ) from exc
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
@@ -336,7 +389,7 @@ class RedisQueue:
             with self._blocked_lock:
                 self._conns.append(conn)
         healthy = False
-        packed = [_pack(command)]
+        packed = _pack(command)
         try:
             conn.send_packed_command(packed)
             try:
@@ -388,6 +441,7 @@ class RedisQueue:
             str(job.max_deliveries),
             "" if job.timeout is None else _num(job.timeout),
             _num(job.result_ttl),
+            job.trace or "",
         ]
 
     def enqueue(self, job: NewJob) -> Enqueued:
@@ -426,7 +480,10 @@ class RedisQueue:
                 "claim", [_num(now), queue, worker, token, _num(until), str(limit)]
             )
             if rows:
-                return [claimed_from_reply(r, queue, token, until) for r in rows]
+                got = self._decode_leased(rows, queue, token, until)
+                if got:
+                    return got
+                continue
             left = deadline - time.monotonic()
             if left <= 0 or self._closed or self._kicks != kicks:
                 return []
@@ -436,6 +493,20 @@ class RedisQueue:
                 continue  # more lapsed or due jobs than one script handles: go again now
             with self._blocking_on(queue):
                 self._call("claim", self._blocking.blpop, [wake], block)
+
+    def _decode_leased(self, rows: Sequence[Any], queue: str, token: str, until: float) -> list[Claimed]:
+        """The leased rows as jobs; one the scripts let through but Python cannot decode
+        is dead-lettered (with its lease's token) instead of handed out."""
+        out: list[Claimed] = []
+        for row in rows:
+            try:
+                out.append(claimed_from_reply(row, queue, token, until))
+            except MalformedRecordError as exc:
+                log.warning("queue %s: %s; dead-lettered", self.url, exc)
+                raw_id = row[0] if isinstance(row, list | tuple) and row else b""
+                args = [_num(time.time()), raw_id, token, b"", "dead", _num(0.0), dead_reason_for(exc)]
+                self._script("fail", args)
+        return out
 
     @contextlib.contextmanager
     def _blocking_on(self, queue: str) -> Iterator[None]:
@@ -451,6 +522,12 @@ class RedisQueue:
 
     def heartbeat(self, job_id: str, token: str, *, lease: float) -> bool:
         return bool(self._script("heartbeat", [job_id, token, _num(time.time() + lease)]))
+
+    def progress(self, job_id: str, token: str, progress: JobProgress) -> bool:
+        return bool(self._script("progress", [job_id, token, encode_progress(progress)]))
+
+    def mark_alone(self, job_id: str, token: str) -> bool:
+        return bool(self._script("mark_alone", [job_id, token]))
 
     def complete(self, job_id: str, token: str, result: bytes) -> bool:
         return self.complete_many([(job_id, token, result)])[0]
@@ -490,37 +567,35 @@ class RedisQueue:
         return bool(self._script("fail", args))
 
     def release(self, job_id: str, token: str) -> bool:
-        return bool(self._script("release", [job_id, token]))
+        return bool(self._script("release", [job_id, token, _num(time.time())]))
 
-    def cancel(self, job_id: str) -> bool:
-        return bool(self._script("cancel", [_num(time.time()), job_id]))
+    def cancel(self, job_id: str, *, running: bool = True) -> CancelResult:
+        done = self._script("cancel", [_num(time.time()), job_id, "1" if running else "0"])
+        return CancelResult(_text(done))
+
+    def cancel_requests(self, job_ids: Sequence[str], *, timeout: float) -> list[str]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hmget(self._key("j", job_id), ("status", "cancel_at"))
+            return list(pipe.execute())
+
+        def look() -> list[str]:
+            rows = self._call("cancel_requests", read)
+            return [
+                job_id
+                for job_id, (status, at) in zip(ids, rows, strict=True)
+                if status == b"running" and at not in (None, b"")
+            ]
+
+        with self._listener.watching():
+            return watch_cancels(self.signals, look, timeout, lambda: self._closed)
 
     # -- reading -----------------------------------------------------------------------
-
-    def _state(self, job_id: str, values: Sequence[Any]) -> JobState | None:
-        f = dict(zip(_STATE_FIELDS, values, strict=True))
-        if f["status"] is None:
-            return None
-        status = JobStatus(_text(f["status"]))
-        result = f["result"]
-        return JobState(
-            id=job_id,
-            unit=_text(f["unit"]),
-            queue=_text(f["queue"]),
-            status=status,
-            deliveries=int(f["deliveries"]),
-            attempts=int(f["attempts"]),
-            result=bytes(result) if result is not None and status is JobStatus.SUCCEEDED else None,
-            error=bytes(f["error"]) if f["error"] else None,
-            dead_reason=_opt(f["dead_reason"]),
-            codec=_text(f["codec"]),
-            enqueued_at=float(f["enqueued_at"]),
-            finished_at=_float(f["finished_at"]),
-            eta=float(f["eta"]),
-            priority=int(f["priority"]),
-            key=_opt(f["key"]),
-            payload=bytes(f["payload"]),
-        )
 
     def _get_many(self, ids: Sequence[str]) -> list[JobState]:
         if not ids:
@@ -532,12 +607,20 @@ class RedisQueue:
                 pipe.hmget(self._key("j", job_id), _STATE_FIELDS)
             return list(pipe.execute())
 
-        found = (self._state(i, v) for i, v in zip(ids, self._call("get", run), strict=True))
-        return [s for s in found if s is not None]
+        out: list[JobState] = []
+        for job_id, values in zip(ids, self._call("get", run), strict=True):
+            try:
+                state = state_from_hash(job_id, values)
+            except MalformedRecordError as exc:  # one bad record must not hide every other job
+                log.warning("queue %s: %s; left out", self.url, exc)
+                continue
+            if state is not None:
+                out.append(state)
+        return out
 
     def get(self, job_id: str) -> JobState | None:
         values = self._call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
-        return self._state(job_id, values)
+        return state_from_hash(job_id, values)
 
     def find(self, key: str) -> JobState | None:
         job_id = self._call("find", self.client.get, self._key("k", key))
@@ -549,7 +632,8 @@ class RedisQueue:
         with self._listener.watching():
             while True:
                 since = self.signals.gen(topic)
-                state = self.get(job_id)
+                values = self._call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
+                state = state_from_hash(job_id, values, _WAIT_FIELDS)
                 left = deadline - time.monotonic()
                 if state is None or state.status in _FINISHED or left <= 0 or self._closed:
                     return state
@@ -584,6 +668,25 @@ class RedisQueue:
             if int(looked) < 500:
                 return total
 
+    def ids_starting(self, prefix: str, limit: int = 10) -> list[str]:
+        """Up to ``limit`` ids of jobs that begin with ``prefix`` (``foundry jobs show`` of a
+        short id), in id order: ``SCAN MATCH`` over this prefix's job hashes, 500 keys a
+        round trip, stopping once ``limit`` are found: telling a unique prefix from an
+        ambiguous one walks the whole keyspace once (a round trip per 500 keys), without
+        blocking the server (``SCAN``, never ``KEYS``)."""
+        if not prefix:
+            return []
+        found: set[str] = set()
+        cursor = 0
+        head = len(self.prefix) + 2
+        pattern = _glob_escape(self.prefix) + "j:" + _glob_escape(prefix) + "*"
+        while len(found) < limit:
+            cursor, keys = self._call("ids_starting", self.client.scan, cursor, pattern, 500)
+            found.update(_text(k, "replace")[head:] for k in keys)
+            if cursor == 0:
+                break
+        return sorted(found)[:limit]
+
     def jobs(self, queue: str | None = None, status: str | None = None, limit: int = 100) -> list[JobState]:
         """Some jobs (``foundry jobs list``): a bounded ``SCAN``, so not ordered by age."""
         out: list[JobState] = []
@@ -611,9 +714,11 @@ class RedisQueue:
         token = uuid.uuid4().hex
         until = now + lease
         rows, others = self._script("claim_ids", [queue, _num(now), worker, token, _num(until), *ids])
-        rows = sorted(rows, key=lambda r: -int(r[10]))
-        rest = [(_text(i), _text(s), _float(e), 0) for i, s, e in others]
-        return [claimed_from_reply(r, queue, token, until) for r in rows], rest
+        rows = sorted(rows, key=lambda r: -_int_or(r[10], 0))  # the script checked the priority
+        rest = [
+            (_text(i, "replace"), _text(s, "replace"), finite(_opt_raw(e), None), 0) for i, s, e in others
+        ]
+        return self._decode_leased(rows, queue, token, until), rest
 
     def reap(self, queue: str) -> list[tuple[str, int]]:
         """Put lapsed leases back (or dead-letter them); ``(id, priority)`` of those put back."""
@@ -629,7 +734,7 @@ class RedisQueue:
     def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
         """Queued jobs due before ``before``: ``(id, priority)``, best first."""
         ready = self._call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
-        states = self._get_many([_text(m)[29:] for m in ready])
+        states = self._get_many([_text(m, "replace")[29:] for m in ready])
         return [(s.id, s.priority) for s in states if s.status is JobStatus.QUEUED and (s.eta or 0) <= before]
 
     def queues(self) -> list[str]:
@@ -664,23 +769,29 @@ class RedisQueue:
             with contextlib.suppress(Exception):
                 client.close()
 
-    def __repr__(self) -> str:
-        return f"<RedisQueue {safe_url(self.url)}>"
 
-
-def _pack(command: Sequence[Any]) -> bytes:
-    """One command in the Redis protocol (RESP), args as bytes, str or int."""
+def _pack(command: Sequence[Any]) -> list[bytes | bytearray | memoryview]:
+    """One command in the Redis protocol (RESP), args as bytes, str or int: the pieces to
+    send in order. A large argument (a payload, a result) is sent as itself, not copied
+    into the command."""
+    out: list[bytes | bytearray | memoryview] = []
     parts = [b"*%d\r\n" % len(command)]
     for arg in command:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
+        data = arg if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
+        if len(data) >= _BIG_ARG:
+            parts.append(b"$%d\r\n" % len(data))
+            out.append(b"".join(parts))
+            out.append(data)
+            parts = [b"\r\n"]
+        else:
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), bytes(data)))
+    out.append(b"".join(parts))
+    return out
 
 
 def check_claim(queue: str, lease: float, limit: int) -> None:
     """Refuse a claim no engine could serve, naming the field and the fix."""
-    if not isinstance(queue, str) or not queue:
-        raise SubmitError(f"claim: queue={queue!r} is not a queue name. Fix: give a non-empty string")
+    check_queue_name(queue)
     if not isinstance(lease, int | float) or not lease > 0 or not math.isfinite(lease):
         raise SubmitError(f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

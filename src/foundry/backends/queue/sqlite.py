@@ -45,9 +45,17 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from foundry.backends._doorbell import Doorbell, supported
-from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
-from foundry.backends.queue._sql import Signals, SqlQueue, parse_url, positive
-from foundry.backends.queue.base import Capabilities
+from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file, storage_error
+from foundry.backends.queue._sql import (
+    ADDED_COLUMNS,
+    INSERT_COLS,
+    Signals,
+    SqlQueue,
+    insert_params,
+    parse_url,
+    positive,
+)
+from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
@@ -55,13 +63,18 @@ __all__ = ["SqliteQueue"]
 
 T = TypeVar("T")
 
+_BLOB_CHUNKED = 1 << 20  # payloads of this many bytes or more are written in chunks of this size
+_INSERT_ZEROBLOB = (  # the payload's place, reserved: zeroblob(n) takes no memory
+    f"INSERT INTO {{jobs}} ({INSERT_COLS}) VALUES (?, ?, ?, zeroblob(?), "
+    + ", ".join("?" * (len(INSERT_COLS.split(",")) - 4))
+    + ") ON CONFLICT DO NOTHING"
+)
 _DDL = """
 CREATE TABLE IF NOT EXISTS {jobs} (
     seq INTEGER PRIMARY KEY, -- the rowid: FIFO among live jobs (no AUTOINCREMENT: it costs a page per commit)
     id TEXT NOT NULL UNIQUE,
     queue TEXT NOT NULL,
     unit TEXT NOT NULL,
-    payload BLOB NOT NULL,
     codec TEXT NOT NULL,
     key TEXT,
     priority INTEGER NOT NULL,
@@ -82,7 +95,13 @@ CREATE TABLE IF NOT EXISTS {jobs} (
     enqueued_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL,
-    expires_at REAL
+    expires_at REAL,
+    crashes INTEGER NOT NULL DEFAULT 0, -- lapses charged to the job: it ran alone (see base.py)
+    alone TEXT, -- the token of the delivery its worker marked as running alone
+    cancel_at REAL, -- a cancel was requested while it ran: every end of that delivery is 'cancelled'
+    progress TEXT, -- the last JobProgress its deliveries recorded (JSON)
+    trace TEXT, -- the W3C trace context it was submitted in (foundry.tracecontext)
+    payload BLOB NOT NULL -- last: an insert can reserve it (zeroblob) and write it in chunks
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {jobs}_key ON {jobs} (key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS {jobs}_ready ON {jobs} (queue, priority DESC, eta, seq) WHERE status = 'queued';
@@ -134,9 +153,9 @@ class _File:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=timeout)
         except sqlite3.Error as exc:
-            raise BackendUnavailableError(
-                f"queue sqlite:///{self.path}: cannot open the file ({exc}). Fix: check the path and its "
-                "permissions"
+            what = f"queue sqlite:///{self.path}"
+            raise storage_error(exc, what, self.path) or BackendUnavailableError(
+                f"{what}: cannot open the file ({exc}). Fix: check the path and its permissions"
             ) from exc
         try:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -379,12 +398,47 @@ class SqliteQueue(SqlQueue):
             lambda: self._file.connect(timeout=busy), size=size, what=f"queue {safe_url(url)}"
         )
         try:
-            ddl = _DDL.replace("{jobs}", self.table)
             with self._errors():
-                self._write(lambda conn: [conn.execute(s) for s in ddl.split(";") if s.strip()])
+                # A file made before the payload moved to the end (or given columns since,
+                # which go after it) cannot take it in chunks: a reserved blob followed by
+                # other data is materialised in the row at once.
+                self._chunked_payload = self._write(self._create)
         except BaseException:
             self.close()
             raise
+
+    def _create(self, conn: sqlite3.Connection) -> bool:
+        """The table and its indexes; the columns added since are added to an older table.
+        Whether the payload is the table's last column (then large ones go in chunks)."""
+        for statement in _DDL.replace("{jobs}", self.table).split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({self.table})")}
+        for name, kind in ADDED_COLUMNS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {self.table} ADD COLUMN {name} {kind}")
+        columns = conn.execute(f"PRAGMA table_info({self.table})").fetchall()
+        return bool(columns) and columns[-1][1] == "payload"
+
+    def _insert(self, conn: Any, job: NewJob, now: float) -> Enqueued:
+        """A large payload is written into the new row in chunks (``blobopen``) after
+        ``zeroblob(n)`` reserved its place (the last column, so the reservation costs no
+        memory): binding it as a parameter would copy it twice (the binding, then the
+        row's record)."""
+        size = len(job.payload)
+        if size < _BLOB_CHUNKED or not self._chunked_payload:
+            return super()._insert(conn, job, now)
+        params = insert_params(job, now)
+        cursor = conn.execute(
+            _INSERT_ZEROBLOB.replace("{jobs}", self.table), (*params[:3], size, *params[4:])
+        )
+        if cursor.rowcount <= 0:
+            return self._existing(conn, job)
+        view = memoryview(job.payload).cast("B")
+        with conn.blobopen(self.table, "payload", cursor.lastrowid) as blob:
+            for at in range(0, size, _BLOB_CHUNKED):
+                blob.write(view[at : at + _BLOB_CHUNKED])
+        return Enqueued(job.id, True)
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._pool.connection()
@@ -404,6 +458,7 @@ class SqliteQueue(SqlQueue):
             busy=True,
             fix="another process holds the write lock for long; raise ?busy_timeout= or find the long "
             "transaction",
+            path=self.path,
         )
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from foundry.backends.stream.base import (
     Capabilities,
     DeadLetter,
     Event,
+    MalformedEntryError,
     NewEvent,
     PartitionLag,
     Start,
@@ -30,6 +31,7 @@ from foundry.backends.stream.base import (
     StreamConfig,
     StreamInfo,
     check_name,
+    derived_id,
     partition_for,
 )
 from foundry.config import check_url, safe_url
@@ -40,6 +42,7 @@ __all__ = [
     "Capabilities",
     "DeadLetter",
     "Event",
+    "MalformedEntryError",
     "NewEvent",
     "PartitionLag",
     "Start",
@@ -47,6 +50,7 @@ __all__ = [
     "StreamConfig",
     "StreamInfo",
     "check_name",
+    "derived_id",
     "open_stream_backend",
     "partition_for",
 ]

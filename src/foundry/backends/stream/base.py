@@ -39,6 +39,20 @@ and strictly increasing within its partition. A *consumer group* has, per partit
   entries a live consumer still holds (``in_progress`` in JetStream, ``XCLAIM``
   resetting idle time in Redis); a consumer that dies stops extending and its entries
   are redelivered once their deadline passes.
+* **Every stored entry comes out, decoded or marked.** An entry that is not an event
+  Foundry could have written (a foreign producer's, a corrupted row) is still handed
+  out in its place, as an :class:`Event` whose ``malformed`` says why (its offset and
+  whatever of its id, key and bytes could be read): the runtime dead-letters it with that
+  reason and the partition goes on. A read never raises for the *content* of an entry.
+  Each engine decodes a stored entry with one function that returns an :class:`Event` or
+  raises :class:`MalformedEntryError`, nothing else (fuzzed in ``tests/adversarial``).
+* **Every event has an id.** An entry stored without one (a foreign producer that set no
+  ``Nats-Msg-Id``, an empty id field) gets :func:`derived_id`: stream, partition and
+  offset, stable across redeliveries and replays and unique within the stream.
+* **The trace context travels with the event.** ``NewEvent.trace`` (a W3C trace context,
+  ``foundry.tracecontext``) is stored with the event and handed out on every delivery
+  and replay of it; an entry without one (an older Foundry's, a foreign producer's) or
+  with a value that is not a trace context has ``trace=None``: never ``malformed``.
 * **Dead letters are records.** ``dead_letter`` stores the event with the reason and
   the delivery count, then commits past it, in that order: a crash in between leaves
   the event pending (redelivered), never dropped without its record.
@@ -71,13 +85,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
-from foundry.errors import ConfigError, NotFoundError
+from foundry.errors import BackendError, ConfigError, NotFoundError
 
 __all__ = [
     "Appended",
     "Capabilities",
     "DeadLetter",
     "Event",
+    "MalformedEntryError",
     "NewEvent",
     "PartitionLag",
     "Start",
@@ -86,7 +101,9 @@ __all__ = [
     "StreamInfo",
     "check_name",
     "check_partition",
+    "derived_id",
     "gap_reason",
+    "malformed_event",
     "partition_for",
     "partitions_changed",
     "resolve_start",
@@ -135,6 +152,7 @@ class NewEvent:
     id: str
     payload: bytes
     key: str | None = None
+    trace: str | None = None  # the W3C trace context it was published in (foundry.tracecontext.pack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +174,49 @@ class Event:
     payload: bytes
     timestamp: float  # unix seconds when it was appended
     deliveries: int = 1  # including this one
+    # Set when the stored entry is not a Foundry event (foreign or corrupted): why. The
+    # runtime dead-letters it with this reason; id/key/payload are what could be read.
+    malformed: str | None = None
+    trace: str | None = None  # as published; None when absent or not a valid trace context
+
+
+class MalformedEntryError(BackendError):
+    """A stored entry is not an event Foundry could have written: a foreign producer's, or
+    corrupted. Raised only by the engines' entry decoders; ``read`` turns it into an
+    :class:`Event` with ``malformed`` set, which the runtime dead-letters."""
+
+
+def derived_id(stream: str, partition: int, offset: int) -> str:
+    """The id of an event stored without one: ``<stream>/<partition>@<offset>`` — the same
+    on every redelivery and replay, unique within the stream."""
+    return f"{stream}/{partition}@{offset}"
+
+
+def malformed_event(
+    stream: str,
+    partition: int,
+    offset: int,
+    reason: str,
+    *,
+    deliveries: int = 1,
+    id: str | None = None,
+    key: str | None = None,
+    payload: bytes = b"",
+    timestamp: float = 0.0,
+) -> Event:
+    """The stand-in for an entry that is not a Foundry event, handed out at its offset so
+    the group can dead-letter it (with ``reason``) and go on."""
+    return Event(
+        stream,
+        partition,
+        offset,
+        id or derived_id(stream, partition, offset),
+        key,
+        payload,
+        timestamp,
+        deliveries,
+        malformed=reason,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +328,12 @@ class StreamBackend(Protocol):
     """A stream engine. See the module docstring for the contract."""
 
     capabilities: ClassVar[Capabilities]
-    url: str
+
+    @property
+    def url(self) -> str:
+        """The log's URL with its secrets masked (``foundry.config.safe_url``): what
+        messages, logs and tools show; the password itself stays with the driver."""
+        ...
 
     # -- streams ---------------------------------------------------------------
 
@@ -451,11 +517,16 @@ def resolve_start(
     last: int,
     first_time: Callable[[], float],
     offset_at: Callable[[float], int],
+    floor: int | None = None,
 ) -> int | None:
     """The next offset to deliver on ``partition`` for ``start`` (``None``: an offset
     mapping that does not name this partition). ``first_time()`` is the timestamp of the
     first retained event, ``offset_at(t)`` the first offset appended at or after ``t``.
+    ``floor`` (default ``first``): the lowest offset that can be asked for without loss —
+    lower than ``first`` when the offsets below ``first`` were never used rather than
+    removed (Redis: a foreign entry's id at the head of the partition).
     Raises :class:`NotFoundError` when ``start`` lies before what retention kept."""
+    floor = first if floor is None else floor
     if start.kind == "beginning":
         return first
     if start.kind == "end":
@@ -464,10 +535,10 @@ def resolve_start(
         wanted = start.offset_for(partition)
         if wanted is None:
             return None
-        if wanted < first:
+        if wanted < floor:
             raise out_of_range(config.name, group, partition, f"offset {wanted}", first, last)
-        return min(wanted, last + 1)
+        return min(max(wanted, first), last + 1)
     assert start.time is not None
-    if first > 1 and start.time <= first_time():
+    if floor > 1 and start.time <= first_time():
         raise out_of_range(config.name, group, partition, f"time {start.time:.3f}", first, last)
     return offset_at(start.time)

@@ -48,9 +48,10 @@ import base64
 import contextlib
 import datetime
 import json
+import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -61,6 +62,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from foundry.backends._urls import ShowsUrl
 from foundry.backends.stream._common import (
     CheckedRead,
     dead_from_record,
@@ -73,6 +75,7 @@ from foundry.backends.stream.base import (
     Capabilities,
     DeadLetter,
     Event,
+    MalformedEntryError,
     NewEvent,
     PartitionLag,
     Start,
@@ -80,6 +83,8 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
+    derived_id,
+    malformed_event,
     out_of_range,
     partition_for,
     partitions_changed,
@@ -88,8 +93,9 @@ from foundry.backends.stream.base import (
 )
 from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, NotFoundError
+from foundry.tracecontext import pack, unpack
 
-__all__ = ["NatsStreamBackend"]
+__all__ = ["NatsStreamBackend", "decode_message"]
 
 T = TypeVar("T")
 
@@ -139,6 +145,48 @@ def _parse(url: str) -> tuple[list[str], str, api.StorageType]:
     return servers, prefix, storage
 
 
+def decode_message(
+    stream: str,
+    partition: int,
+    offset: int,
+    headers: Mapping[str, Any] | None,
+    data: Any,
+    timestamp: float,
+    deliveries: int,
+) -> Event:
+    """A JetStream message (its stream sequence ``offset``, headers and data) as an event,
+    or :class:`MalformedEntryError`; nothing else is raised. Anyone can publish to the
+    partition's subject: a message without ``Nats-Msg-Id`` gets the id
+    :func:`~foundry.backends.stream.base.derived_id` (stable across redeliveries), one
+    without ``Foundry-Key`` no key; whether its data is an event is the codec's call. Its
+    ``traceparent``/``tracestate`` headers are its trace context, ignored when they do not
+    parse (a foreign producer's may be anything)."""
+    if headers is None:
+        headers = {}
+    if not isinstance(headers, Mapping):
+        raise MalformedEntryError(f"its headers are {type(headers).__name__}, not a mapping")
+    ident, key = headers.get("Nats-Msg-Id"), headers.get("Foundry-Key")
+    if ident is not None and not isinstance(ident, str):
+        raise MalformedEntryError(f"its Nats-Msg-Id is {type(ident).__name__}, not text")
+    if key is not None and not isinstance(key, str):
+        raise MalformedEntryError(f"its Foundry-Key is {type(key).__name__}, not text")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise MalformedEntryError(f"its data is {type(data).__name__}, not bytes")
+    if not isinstance(timestamp, int | float) or not math.isfinite(timestamp):
+        raise MalformedEntryError(f"its timestamp {timestamp!r} is not a time")
+    return Event(
+        stream,
+        partition,
+        offset,
+        ident or derived_id(stream, partition, offset),
+        key,
+        bytes(data),
+        float(timestamp),
+        deliveries,
+        trace=pack(headers.get("traceparent"), headers.get("tracestate")),
+    )
+
+
 def _b64encode(payload: bytes) -> str:
     return base64.b64encode(payload).decode()
 
@@ -164,13 +212,13 @@ class _Part:
     checked_retention: float = 0.0
 
 
-class NatsStreamBackend(CheckedRead):
+class NatsStreamBackend(ShowsUrl, CheckedRead):
     """NATS JetStream (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=False, dense_offsets=True)
 
     def __init__(self, url: str, *, request_timeout: float = 5.0) -> None:
-        self.url = url  # to connect with; messages and reprs show ``shown``
+        self._url = url  # to connect with; messages and reprs show ``shown``
         self.shown = safe_url(url)
         self._servers, self.prefix, self._storage = _parse(url)
         self._timeout = request_timeout
@@ -183,9 +231,6 @@ class NatsStreamBackend(CheckedRead):
         self._configs: dict[str, StreamConfig] = {}
         self._parts: dict[tuple[str, str, int], _Part] = {}
         self._closed = False
-
-    def __repr__(self) -> str:
-        return f"<NatsStreamBackend {self.shown}>"
 
     # -- plumbing --------------------------------------------------------------
 
@@ -460,6 +505,10 @@ class NatsStreamBackend(CheckedRead):
                 headers = {"Nats-Msg-Id": event.id}
                 if event.key is not None:
                     headers["Foundry-Key"] = event.key
+                if event.trace is not None:  # W3C Trace Context's own header names
+                    headers["traceparent"], state = unpack(event.trace)
+                    if state is not None:
+                        headers["tracestate"] = state
                 parts.append(p)
                 # No wait_stall: a timed wait per message costs a task each (7x slower); the
                 # whole batch is bounded by the wait_for below instead.
@@ -701,17 +750,22 @@ class NatsStreamBackend(CheckedRead):
 
     def _event(self, stream: str, partition: int, msg: Msg) -> Event:
         meta = msg.metadata
-        headers = msg.headers or {}
-        return Event(
-            stream,
-            partition,
-            int(meta.sequence.stream),
-            str(headers.get("Nats-Msg-Id", "")),
-            headers.get("Foundry-Key"),
-            bytes(msg.data),
-            meta.timestamp.timestamp(),
-            int(meta.num_delivered),
-        )
+        offset = int(meta.sequence.stream)
+        deliveries = int(meta.num_delivered)
+        try:
+            return decode_message(
+                stream, partition, offset, msg.headers, msg.data, meta.timestamp.timestamp(), deliveries
+            )
+        except MalformedEntryError as exc:
+            data = msg.data if isinstance(msg.data, bytes) else b""
+            return malformed_event(
+                stream,
+                partition,
+                offset,
+                f"message {offset} of partition {partition} is not a Foundry event: {exc}",
+                deliveries=deliveries,
+                payload=data,
+            )
 
     async def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
         letter = gap_letter(await self._config_async(stream), group, partition, lo, hi, time.time())

@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import struct
 import threading
 import time
@@ -51,7 +52,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 import redis.exceptions
 
-from foundry.backends._urls import REDIS_PASSED, REDIS_TLS, refused_certificate, safe_url, tls_options
+from foundry.backends._urls import (
+    REDIS_PASSED,
+    REDIS_TLS,
+    ShowsUrl,
+    refused_certificate,
+    safe_url,
+    tls_options,
+)
 from foundry.backends.stream._common import (
     CheckedRead,
     dead_from_record,
@@ -64,6 +72,7 @@ from foundry.backends.stream.base import (
     Capabilities,
     DeadLetter,
     Event,
+    MalformedEntryError,
     NewEvent,
     PartitionLag,
     Start,
@@ -71,6 +80,8 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
+    derived_id,
+    malformed_event,
     partition_for,
     partitions_changed,
     resolve_start,
@@ -78,14 +89,16 @@ from foundry.backends.stream.base import (
     unknown_stream,
 )
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError
+from foundry.tracecontext import parse_trace
 
-__all__ = ["RedisStreamBackend"]
+__all__ = ["RedisStreamBackend", "decode_fields", "unpack_entry"]
 
 _DEAD_MAXLEN = 100_000
 _HEAD = struct.Struct(">HI")  # partition, length of the blob that follows
 _LEN = struct.Struct(">I")
 
 _LIB = """
+local MAXSEQ = '-18446744073709551615'
 local function num(id) return tonumber(string.match(id, '^(%d+)')) end
 local function fmt(n) return string.format('%d', n) end
 local function last_delivered(key, group)
@@ -109,37 +122,56 @@ local function field(entry, name)
   for j = 1, #entry[2], 2 do if entry[2][j] == name then return entry[2][j + 1] end end
   return nil
 end
--- one string per entry ("<#m> <id> " .. m .. d): a fifth of the reply items to parse
+-- one string per entry ("<#m> <id> " .. m .. d, or "<#m>,<#t> <id> " .. m .. t .. d with
+-- a trace context t): a fifth of the reply items to parse.
+-- An entry without both fields (written by someone else) comes as {id, {fields}}: the
+-- client hands it out as malformed, for the group to dead-letter, never drops it.
 local function pack(entries)
   local out = {}
   for _, e in ipairs(entries) do
-    local m, d = field(e, 'm'), field(e, 'd')
-    if m and d then out[#out + 1] = #m .. ' ' .. e[1] .. ' ' .. m .. d end
+    local m, d, t = field(e, 'm'), field(e, 'd'), field(e, 't')
+    if m and d and t then
+      out[#out + 1] = #m .. ',' .. #t .. ' ' .. e[1] .. ' ' .. m .. t .. d
+    elseif m and d then
+      out[#out + 1] = #m .. ' ' .. e[1] .. ' ' .. m .. d
+    else
+      out[#out + 1] = {e[1], e[2]}
+    end
   end
   return out
 end
--- entry field m = "<ts> <cumulative bytes> <#id> <k|->" .. id .. key; `name` picks ts or cum
-local function at(key, off, name)
-  local e = redis.call('XRANGE', key, fmt(off) .. '-0', fmt(off) .. '-0')
-  if #e == 0 then return nil end
-  local ts, cum = string.match(field(e[1], 'm'), '^(%S+) (%S+)')
-  if name == 't' then return ts end
-  return cum
+-- entry field m = "<ts> <cumulative bytes> <#id> <k|->" .. id .. key.
+-- The offset and the `name` value (t: ts, c: cum) of the first of Foundry's entries in
+-- [off, hi] (foreign entries, without a readable m, are passed over); nil if none.
+local function at_or_after(key, off, hi, name)
+  local entries = redis.call('XRANGE', key, fmt(off) .. '-0', fmt(hi) .. MAXSEQ, 'COUNT', 8)
+  for _, e in ipairs(entries) do
+    local m = field(e, 'm')
+    if m then
+      local ts, cum = string.match(m, '^(%S+) (%S+)')
+      local v = tonumber(name == 't' and (ts or '') or (cum or ''))
+      if v then return num(e[1]), v end
+    end
+  end
+  return nil
 end
--- the largest offset in [lo, hi] whose `name` (t or c) is < value (lo - 1 if none)
+-- the largest offset in [lo, hi] whose `name` (t or c) is < value (lo - 1 if none); the
+-- offsets may have holes (an append after a foreign entry skips past its id)
 local function last_below(key, lo, hi, name, value)
   local answer = lo - 1
   while lo <= hi do
     local mid = math.floor((lo + hi) / 2)
-    local v = tonumber(at(key, mid, name) or '-1')
-    if v < value then answer = mid; lo = mid + 1 else hi = mid - 1 end
+    local o, v = at_or_after(key, mid, hi, name)
+    if o == nil or v >= value then hi = mid - 1 else answer = o; lo = o + 1 end
   end
   return answer
 end
+-- every pending id of `group` at or below offset `upto` (whatever the sequence part: a
+-- foreign entry's id may have one)
 local function ack_upto(key, group, upto)
   local total = 0
   while true do
-    local pend = redis.call('XPENDING', key, group, '-', upto, 1000)
+    local pend = redis.call('XPENDING', key, group, '-', upto .. MAXSEQ, 1000)
     if #pend == 0 then return total end
     local ids = {}
     for i, e in ipairs(pend) do ids[i] = e[1] end
@@ -154,19 +186,21 @@ end
 # >H partition, >I len + blob, >I len + payload (one argument: packing thousands of
 # arguments costs the client more than the whole script costs the server), where
 # blob = "<#id> <k|->" .. id .. key, the tail of the entry's m field.
-# Returns {partition, first new offset, ...} and {event index, "<partition>:<offset>", ...}
-# for the duplicates; the client numbers the new events itself.
+# Returns {partition, first new offset, ...}, {event index, "<partition>:<offset>", ...}
+# for the duplicates and {event index, offset, ...} for the events placed past a foreign
+# entry's id (not at the previous offset + 1); the client numbers the others itself.
 _APPEND = (
     _LIB
     + """
 local tag, now, dedup, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local data = ARGV[5]
-local parts, blobs, payloads, ids = {}, {}, {}, {}
+local parts, blobs, payloads, traces, ids = {}, {}, {}, {}, {}
 local pos, size = 1, #data
 while pos <= size do
-  local p, blob, payload
-  p, blob, payload, pos = struct.unpack('>HI4c0I4c0', data, pos)
+  local p, blob, payload, trace
+  p, blob, payload, trace, pos = struct.unpack('>HI4c0I4c0I4c0', data, pos)
   parts[#parts + 1], blobs[#blobs + 1], payloads[#payloads + 1] = tostring(p), blob, payload
+  traces[#traces + 1] = trace
   local n, rest = string.match(blob, '^(%d+) (.*)$')
   ids[#ids + 1] = string.sub(rest, 2, 1 + tonumber(n))
 end
@@ -188,7 +222,28 @@ if dedup > 0 then
     end
   end
 end
-local last, lts, stamp, cum, firsts = {}, {}, {}, {}, {}
+-- XADD at offset `off`, or just past a higher id someone else put in the partition (an
+-- XADD with '*' outside Foundry): the offset it got
+local function xadd(key, maxlen, off, m, payload, trace)
+  local fields = {'m', m, 'd', payload}
+  if trace ~= '' then fields[5], fields[6] = 't', trace end  -- the W3C trace context, when traced
+  for _ = 1, 2 do
+    local ok, err
+    if maxlen > 0 then
+      ok, err = pcall(redis.call, 'XADD', key, 'MAXLEN', maxlen, fmt(off) .. '-0', unpack(fields))
+    else
+      ok, err = pcall(redis.call, 'XADD', key, fmt(off) .. '-0', unpack(fields))
+    end
+    if ok then return off end
+    local info = redis.call('XINFO', 'STREAM', key)
+    local top = nil
+    for j = 1, #info, 2 do if info[j] == 'last-generated-id' then top = num(info[j + 1]) end end
+    if top == nil or top < off then error(err) end
+    off = top + 1
+  end
+  return redis.error_reply('ERR could not append past the foreign entries of ' .. key)
+end
+local last, lts, stamp, cum, firsts, jumps = {}, {}, {}, {}, {}, {}
 for k = 1, #parts do
   local p, blob, payload = parts[k], blobs[k], payloads[k]
   if last[p] == nil then
@@ -205,14 +260,15 @@ for k = 1, #parts do
     dups[#dups + 1] = hit
   else
     local off = last[p] + 1
-    last[p] = off
     cum[p] = cum[p] + #payload
     local m = stamp[p] .. ' ' .. fmt(cum[p]) .. ' ' .. blob
-    if maxlen > 0 then
-      redis.call('XADD', tag .. ':p:' .. p, 'MAXLEN', maxlen, fmt(off) .. '-0', 'm', m, 'd', payload)
-    else
-      redis.call('XADD', tag .. ':p:' .. p, fmt(off) .. '-0', 'm', m, 'd', payload)
+    local placed = xadd(tag .. ':p:' .. p, maxlen, off, m, payload, traces[k])
+    if placed ~= off then
+      jumps[#jumps + 1] = k - 1
+      jumps[#jumps + 1] = placed
+      off = placed
     end
+    last[p] = off
     if dedup > 0 then
       local where = p .. ':' .. fmt(off)
       seen[ids[k]] = where
@@ -228,7 +284,7 @@ if #fresh_ids > 0 then redis.call('PEXPIRE', cur, 2 * dedup + 1000) end
 for p, v in pairs(last) do
   redis.call('HSET', KEYS[1], 'last:' .. p, fmt(v), 'ts:' .. p, stamp[p], 'cum:' .. p, fmt(cum[p]))
 end
-return {firsts, dups}
+return {firsts, dups, jumps}
 """
 )
 
@@ -261,7 +317,7 @@ _COMMIT = (
     _LIB
     + """
 if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
-return ack_upto(KEYS[1], ARGV[1], ARGV[2] .. '-0')
+return ack_upto(KEYS[1], ARGV[1], ARGV[2])
 """
 )
 
@@ -275,7 +331,7 @@ for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', """
     + str(_DEAD_MAXLEN)
     + """, '*', unpack(fields))
-return ack_upto(KEYS[1], ARGV[1], ARGV[2] .. '-0')
+return ack_upto(KEYS[1], ARGV[1], ARGV[2])
 """
 )
 
@@ -311,21 +367,37 @@ _SEEK = (
     _LIB
     + """
 if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
-ack_upto(KEYS[1], ARGV[1], '+')
+ack_upto(KEYS[1], ARGV[1], '18446744073709551615')
 redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
 )
 
 # KEYS[1] meta, KEYS[2] partition stream. ARGV: partition, group ('' for none), time (or '')
-# -> {first, last, ts of first, offset of first entry at/after time, committed, pending}
+# -> {first, last, ts of first, offset of first entry at/after time, committed, pending, floor}
+# floor: the lowest offset a replay may ask for (1 when nothing was ever removed from the
+# partition: offsets below the first entry were never used — skipped past a foreign id)
 _LOCATE = (
     _LIB
     + """
 local last = tonumber(redis.call('HGET', KEYS[1], 'last:' .. ARGV[1]) or '0')
 local first = first_offset(KEYS[2], last)
-local first_ts = '0'
-if first <= last then first_ts = at(KEYS[2], first, 't') or '0' end
+local floor = first
+if first > 1 then
+  local ok, info = pcall(redis.call, 'XINFO', 'STREAM', KEYS[2])
+  if not ok then info = {} end
+  local added, length
+  for j = 1, #info, 2 do
+    if info[j] == 'entries-added' then added = info[j + 1] end
+    if info[j] == 'length' then length = info[j + 1] end
+  end
+  if added ~= nil and added == length then floor = 1 end
+end
+local first_ts = 0
+if first <= last then
+  local _, ts = at_or_after(KEYS[2], first, last, 't')
+  first_ts = ts or 0
+end
 local target = -1
 if ARGV[3] ~= '' then target = last_below(KEYS[2], first, last, 't', tonumber(ARGV[3])) + 1 end
 local committed, pending = -1, 0
@@ -337,7 +409,10 @@ if ARGV[2] ~= '' then
   pending = summary[1]
   if pending > 0 then committed = num(summary[2]) - 1 end
 end
-return {fmt(first), fmt(last), first_ts, fmt(target), fmt(committed), fmt(pending)}
+return {
+  fmt(first), fmt(last), string.format('%.6f', first_ts), fmt(target),
+  fmt(committed), fmt(pending), fmt(floor)
+}
 """
 )
 
@@ -405,13 +480,107 @@ def _offset(entry_id: Any) -> int:
     return int(_s(entry_id).split("-", 1)[0])
 
 
-class RedisStreamBackend(CheckedRead):
+def _entry_id(item: Any) -> bytes:
+    """The stream id of one entry as the read script packs it (see :func:`unpack_entry`)."""
+    if isinstance(item, list):
+        return bytes(item[0])
+    return bytes(item.split(b" ", 2)[1])
+
+
+def decode_fields(stream: str, partition: int, offset: int, m: bytes, d: bytes, deliveries: int) -> Event:
+    """An entry's fields ``m`` (``"<ts> <cumulative bytes> <#id> <k|->" + id + key``) and
+    ``d`` (the payload) as the event Foundry stored, or :class:`MalformedEntryError` naming
+    what Foundry could not have written (anyone can ``XADD`` to the partition's key).
+    Nothing else is raised."""
+    if type(m) is not bytes or type(d) is not bytes:
+        raise MalformedEntryError("its fields m and d are not byte strings")
+    parts = m.split(b" ", 3)
+    if len(parts) != 4:
+        raise MalformedEntryError(f"its field m {m[:80]!r} does not have four parts")
+    ts_text, cum_text, size_text, tail = parts
+    try:
+        ts = float(ts_text)
+        int(cum_text)
+        size = int(size_text)
+    except ValueError:
+        raise MalformedEntryError(
+            f"its field m {m[:80]!r} does not start with two numbers and a length"
+        ) from None
+    if not math.isfinite(ts) or not 0 <= size < len(tail) or tail[:1] not in (b"k", b"-"):
+        raise MalformedEntryError(f"its field m {m[:80]!r} has a bad time, id length or key mark")
+    end = 1 + size
+    if tail[:1] == b"-" and len(tail) != end:
+        raise MalformedEntryError(f"its field m {m[:80]!r} has bytes after an id without a key")
+    try:
+        ident = tail[1:end].decode()
+        key = tail[end:].decode() if tail[:1] == b"k" else None
+    except UnicodeDecodeError as exc:
+        raise MalformedEntryError(f"its id or key is not UTF-8 ({exc})") from None
+    return Event(
+        stream, partition, offset, ident or derived_id(stream, partition, offset), key, d, ts, deliveries
+    )
+
+
+def unpack_entry(stream: str, partition: int, item: Any, deliveries: int) -> Event:
+    """One entry as the read script returns it: ``b"<#m> <id> " + m + d`` for an entry with
+    Foundry's fields, ``[id, [field, value, ...]]`` for any other. The latter, and a
+    ``m`` :func:`decode_fields` refuses, come out as a stand-in marked ``malformed`` at
+    the entry's offset (the millisecond part of its id), for the group to dead-letter."""
+    if isinstance(item, list):
+        entry_id, flat = bytes(item[0]), list(item[1])
+        names = [bytes(n) for n in flat[0::2]]
+        values = [bytes(v) for v in flat[1::2]]
+        offset = _offset(entry_id)
+        fields = ", ".join(n.decode(errors="replace") for n in names) or "none"
+        data = values[names.index(b"d")] if b"d" in names else _fields_json(names, values)
+        return malformed_event(
+            stream,
+            partition,
+            offset,
+            f"entry {entry_id.decode()} of partition {partition} has no Foundry fields m and d "
+            f"(fields: {fields}): someone else wrote it to the partition",
+            deliveries=deliveries,
+            payload=data,
+        )
+    sizes, entry_id, rest = bytes(item).split(b" ", 2)
+    offset = _offset(entry_id)
+    size, _, traced = sizes.partition(b",")
+    m, data = rest[: int(size)], rest[int(size) :]
+    trace = None
+    if traced:  # a trace context t sits between m and d
+        trace, data = data[: int(traced)], data[int(traced) :]
+    try:
+        event = decode_fields(stream, partition, offset, m, data, deliveries)
+    except MalformedEntryError as exc:
+        return malformed_event(
+            stream,
+            partition,
+            offset,
+            f"entry {entry_id.decode()} of partition {partition} is not a Foundry event: {exc}",
+            deliveries=deliveries,
+            payload=data,
+        )
+    # the trace context is advisory: one that does not parse is ignored
+    return event if trace is None else dataclasses.replace(event, trace=parse_trace(trace))
+
+
+def _fields_json(names: list[bytes], values: list[bytes]) -> bytes:
+    """A foreign entry's fields as the bytes kept in its dead letter."""
+    return json.dumps(
+        {
+            n.decode(errors="backslashreplace"): v.decode(errors="backslashreplace")
+            for n, v in zip(names, values, strict=False)
+        }
+    ).encode()
+
+
+class RedisStreamBackend(ShowsUrl, CheckedRead):
     """Redis Streams (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self._url = url  # to connect with
         self._shown = safe_url(url)  # for messages: the password masked
         redis_url, self.prefix = _parse(url)
         try:
@@ -453,7 +622,7 @@ class RedisStreamBackend(CheckedRead):
         try:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            refused = refused_certificate(exc, "stream", self.url, "ssl_ca_certs")
+            refused = refused_certificate(exc, "stream", self._url, "ssl_ca_certs")
             if refused is not None:
                 raise refused from exc
             raise BackendUnavailableError(
@@ -537,8 +706,16 @@ class RedisStreamBackend(CheckedRead):
             stream,
             group,
         )
-        first, last, first_ts, target, committed, pending = (_s(v) for v in raw)
-        return [int(first), int(last), float(first_ts), int(target), int(committed), int(pending)]
+        first, last, first_ts, target, committed, pending, floor = (_s(v) for v in raw)
+        return [
+            int(first),
+            int(last),
+            float(first_ts),
+            int(target),
+            int(committed),
+            int(pending),
+            int(floor),
+        ]
 
     def info(self, stream: str) -> StreamInfo:
         config = self._config(stream)
@@ -580,16 +757,26 @@ class RedisStreamBackend(CheckedRead):
                 blob = b"%d -%s" % (len(ident), ident)
             else:
                 blob = b"%d k%s%s" % (len(ident), ident, event.key.encode())
-            chunks += (_HEAD.pack(p, len(blob)), blob, _LEN.pack(len(event.payload)), event.payload)
+            trace = (event.trace or "").encode()
+            chunks += (
+                _HEAD.pack(p, len(blob)),
+                blob,
+                _LEN.pack(len(event.payload)),
+                event.payload,
+                _LEN.pack(len(trace)),
+                trace,
+            )
             parts.append(p)
         args.append(b"".join(chunks))
-        firsts, dups = self._run("append", [f"{self._tag(stream)}:meta"], args, "append")
+        firsts, dups, skips = self._run("append", [f"{self._tag(stream)}:meta"], args, "append")
         following = {int(firsts[i]): int(firsts[i + 1]) for i in range(0, len(firsts), 2)}
         duplicates = {int(dups[i]): _s(dups[i + 1]) for i in range(0, len(dups), 2)}
+        jumped = {int(skips[i]): int(skips[i + 1]) for i in range(0, len(skips), 2)}
         out = []
         for index, p in enumerate(parts):
             original = duplicates.get(index)
             if original is None:
+                following[p] = jumped.get(index, following[p])
                 out.append(Appended(p, following[p]))
                 following[p] += 1
             else:
@@ -634,7 +821,7 @@ class RedisStreamBackend(CheckedRead):
     ) -> dict[int, int]:
         targets: dict[int, int] = {}
         for p in partitions:
-            first, last, first_ts, at_time, _, _ = self._locate(config.name, p, when=start.time)
+            first, last, first_ts, at_time, _, _, floor = self._locate(config.name, p, when=start.time)
             target = resolve_start(
                 config,
                 group,
@@ -644,6 +831,7 @@ class RedisStreamBackend(CheckedRead):
                 int(last),
                 functools.partial(float, first_ts),
                 functools.partial(_constant, int(at_time)),
+                int(floor),
             )
             if target is not None:
                 targets[p] = target
@@ -718,34 +906,34 @@ class RedisStreamBackend(CheckedRead):
         if deleted:
             offsets = sorted(_offset(d) for d in deleted)
             self._record_gap(stream, group, partition, offsets[0], offsets[-1])
-        events = [self._event(stream, partition, e, 2) for e in entries]
-        return [dataclasses.replace(e, deliveries=deliveries.get(e.offset, 2)) for e in events]
+        return [unpack_entry(stream, partition, e, deliveries.get(_offset(_entry_id(e)), 2)) for e in entries]
 
     def _fresh(
         self, stream: str, group: str, partition: int, entries: Sequence[Any], delivered: int
     ) -> list[Event]:
-        events = [self._event(stream, partition, e, 1) for e in entries]
+        events = [unpack_entry(stream, partition, e, 1) for e in entries]
         if events[0].offset > delivered + 1:
-            self._record_gap(stream, group, partition, delivered + 1, events[0].offset - 1)
+            hi = self._lost_below(stream, group, partition, events[0].offset)
+            if hi > delivered:
+                self._record_gap(stream, group, partition, delivered + 1, hi)
         return events
 
-    def _event(self, stream: str, partition: int, packed: bytes, deliveries: int) -> Event:
-        # packed = b"<len(m)> <entry id> " + m + data, with
-        # m = b"<ts> <cumulative bytes> <len(id)> <k|->" + id + key
-        size, entry_id, rest = packed.split(b" ", 2)
-        m, data = rest[: int(size)], rest[int(size) :]
-        ts, _, n, tail = m.split(b" ", 3)
-        end = 1 + int(n)
-        return Event(
-            stream,
-            partition,
-            int(entry_id.split(b"-", 1)[0]),
-            tail[1:end].decode(),
-            tail[end:].decode() if tail[:1] == b"k" else None,
-            data,
-            float(ts),
-            deliveries,
-        )
+    def _lost_below(self, stream: str, group: str, partition: int, offset: int) -> int:
+        """The last offset below ``offset`` that held an entry now deleted. Offsets skip
+        when retention trimmed them (the partition then starts at ``offset``), when an
+        entry was ``XDEL``-ed (Redis 7 counts it in ``max-deleted-entry-id``), or when an
+        append was placed past a foreign entry's id: those were never used, nothing is lost.
+        """
+        key = self._pkey(stream, partition)
+        with self._errors("read", stream, group):
+            info = self._r.xinfo_stream(key)
+            if info.get("entries-added") is not None and info["entries-added"] == info.get("length"):
+                return 0  # nothing was ever removed (Redis 7 counts what was added)
+            head = self._r.xrange(key, "-", "+", count=1)
+        if not head or _offset(head[0][0]) >= offset:
+            return offset - 1
+        deleted = info.get("max-deleted-entry-id")
+        return 0 if deleted is None else min(offset - 1, _offset(deleted))
 
     def _record_gap(self, stream: str, group: str, partition: int, lo: int, hi: int) -> None:
         record: dict[Any, Any] = dead_record(
@@ -795,7 +983,7 @@ class RedisStreamBackend(CheckedRead):
             raise unknown_group(stream, group, self._group_names(stream))
         out = []
         for p in range(config.partitions):
-            first, last, _, _, committed, pending = self._locate(stream, p, group)
+            first, last, _, _, committed, pending, _ = self._locate(stream, p, group)
             out.append(PartitionLag(p, int(committed), int(last), int(first), int(pending)))
         return out
 

@@ -45,12 +45,14 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from foundry.backends._doorbell import Wakeups
+from foundry.backends._urls import ShowsUrl
 from foundry.backends.stream._common import CheckedRead, event_letter, gap_letter
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
     DeadLetter,
     Event,
+    MalformedEntryError,
     NewEvent,
     PartitionLag,
     Start,
@@ -58,6 +60,8 @@ from foundry.backends.stream.base import (
     StreamInfo,
     check_name,
     check_partition,
+    derived_id,
+    malformed_event,
     partition_for,
     partitions_changed,
     resolve_start,
@@ -66,9 +70,10 @@ from foundry.backends.stream.base import (
 )
 from foundry.config import safe_url
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, DeclarationError
+from foundry.tracecontext import parse_trace
 from foundry.traits import parse_duration
 
-__all__ = ["SqliteStreamBackend"]
+__all__ = ["SqliteStreamBackend", "decode_row"]
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS fs_streams (
@@ -82,6 +87,7 @@ CREATE TABLE IF NOT EXISTS fs_parts (
 CREATE TABLE IF NOT EXISTS fs_events (
     stream TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL, id TEXT NOT NULL,
     key TEXT, ts REAL NOT NULL, cum INTEGER NOT NULL, payload BLOB NOT NULL,
+    trace TEXT, -- the W3C trace context it was published in (foundry.tracecontext); added later
     PRIMARY KEY (stream, part, off)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_dedup (
@@ -165,6 +171,81 @@ def _parse(url: str) -> tuple[Path, str, float | None, bool]:
     return Path(path), sync, poll, False
 
 
+class Text(bytes):
+    """A TEXT value of ``fs_events`` as read by the entry query: its raw bytes, marked as
+    TEXT (the query's ``text_factory``), so a TEXT payload is told from a BLOB and text
+    that is not UTF-8 is an error of that row, not of the whole read."""
+
+
+_KINDS: dict[type, str] = {type(None): "NULL", int: "INTEGER", float: "REAL", Text: "TEXT", bytes: "BLOB"}
+
+
+def _kind(value: Any) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def decode_row(stream: str, partition: int, row: Sequence[Any], deliveries: int) -> Event:
+    """One ``fs_events`` row ``(off, id, key, ts, payload)``, TEXT values as :class:`Text`,
+    as the event Foundry stored — or :class:`MalformedEntryError` naming what Foundry
+    could not have written (SQLite's columns take any type: a foreign writer or a
+    corrupted file can put anything there). Nothing else is raised."""
+    if len(row) != 5:
+        raise MalformedEntryError(f"the row has {len(row)} columns, not 5")
+    off, ident, key, ts, payload = row
+    if type(off) is not int:
+        raise MalformedEntryError(f"its offset is {_kind(off)} {off!r}, not an INTEGER")
+    if type(payload) is not bytes:
+        raise MalformedEntryError(f"its payload is {_kind(payload)}, not a BLOB")
+    if type(ident) is not Text:
+        raise MalformedEntryError(f"its id is {_kind(ident)}, not TEXT")
+    if key is not None and type(key) is not Text:
+        raise MalformedEntryError(f"its key is {_kind(key)}, not TEXT or NULL")
+    if type(ts) not in (int, float) or not math.isfinite(ts):
+        raise MalformedEntryError(f"its timestamp is {_kind(ts)} {ts!r}, not a finite REAL")
+    try:
+        text_id = ident.decode()
+        text_key = None if key is None else key.decode()
+    except UnicodeDecodeError as exc:
+        raise MalformedEntryError(f"its id or key is not UTF-8 ({exc})") from None
+    return Event(
+        stream,
+        partition,
+        off,
+        text_id or derived_id(stream, partition, off),
+        text_key,
+        payload,
+        float(ts),
+        deliveries,
+    )
+
+
+def _salvage(
+    stream: str, partition: int, off: int, row: Sequence[Any], reason: str, deliveries: int
+) -> Event:
+    """The stand-in for a row :func:`decode_row` refused: what of it can be kept."""
+    ident, key, payload = (row[1], row[2], row[4]) if len(row) == 5 else (None, None, None)
+    text = {}
+    for name, value in (("id", ident), ("key", key)):
+        if type(value) is Text:
+            text[name] = value.decode(errors="replace")
+    if isinstance(payload, bytes):
+        data = bytes(payload)
+    elif payload is None:
+        data = b""
+    else:
+        data = str(payload).encode()
+    return malformed_event(
+        stream,
+        partition,
+        off,
+        f"the entry at offset {off} of partition {partition} {reason} (a foreign writer or a corrupted log)",
+        deliveries=deliveries,
+        id=text.get("id"),
+        key=text.get("key"),
+        payload=data,
+    )
+
+
 def _insert_dead(conn: sqlite3.Connection, letter: DeadLetter) -> None:
     conn.execute(
         f"INSERT INTO fs_dead ({_DEAD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -172,13 +253,13 @@ def _insert_dead(conn: sqlite3.Connection, letter: DeadLetter) -> None:
     )
 
 
-class SqliteStreamBackend(CheckedRead):
+class SqliteStreamBackend(ShowsUrl, CheckedRead):
     """The embedded log (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self._url = url
         self.shown = safe_url(url)  # for messages: the password masked (there is none today)
         self.path, self._sync, self._poll, self._temporary = _parse(url)
         try:
@@ -198,6 +279,8 @@ class SqliteStreamBackend(CheckedRead):
         conn = self._conn()
         with self._errors("open"):
             conn.executescript(_DDL)
+            if "trace" not in {row[1] for row in conn.execute("PRAGMA table_info(fs_events)")}:
+                conn.execute("ALTER TABLE fs_events ADD COLUMN trace TEXT")  # a log from before traces
 
     # -- plumbing --------------------------------------------------------------
 
@@ -356,10 +439,16 @@ class SqliteStreamBackend(CheckedRead):
                 state[1] += 1
                 state[2] += len(event.payload)
                 state[3] = max(state[3], now)
-                rows.append((stream, p, state[1], event.id, event.key, state[3], state[2], event.payload))
+                rows.append(
+                    (stream, p, state[1], event.id, event.key, state[3], state[2], event.payload, event.trace)
+                )
                 known[event.id] = (p, state[1])
                 results.append(Appended(p, state[1]))
-            conn.executemany("INSERT INTO fs_events VALUES (?,?,?,?,?,?,?,?)", rows)
+            conn.executemany(
+                "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
             if config.dedup_window > 0:
                 conn.executemany(
                     "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)",
@@ -427,7 +516,12 @@ class SqliteStreamBackend(CheckedRead):
             "SELECT cum, length(payload) FROM fs_events WHERE stream=? AND part=? AND off=?",
             (stream, part, first),
         ).fetchone()
-        return 0 if row is None else int(row[0]) - int(row[1])
+        if row is None:
+            return 0
+        try:
+            return int(row[0]) - int(row[1])
+        except (TypeError, ValueError):
+            return 0  # a foreign row's cumulative size: count from nothing
 
     def _maybe_trim_age(
         self, conn: sqlite3.Connection, config: StreamConfig, now: float, force: bool = False
@@ -454,7 +548,12 @@ class SqliteStreamBackend(CheckedRead):
         row = conn.execute(
             "SELECT ts FROM fs_events WHERE stream=? AND part=? AND off=?", (stream, part, off)
         ).fetchone()
-        return float(row[0]) if row is not None else float("inf")
+        if row is None:
+            return float("inf")
+        try:
+            return float(row[0])
+        except (TypeError, ValueError):
+            return 0.0  # a foreign row's timestamp: as old as can be (trimmed first, never sought)
 
     def _last_before(
         self, conn: sqlite3.Connection, stream: str, part: int, first: int, last: int, when: float
@@ -640,9 +739,10 @@ class SqliteStreamBackend(CheckedRead):
                         break
                 if not taken:
                     return []
+                first = self._parts(conn, stream)[partition][0]
                 events: list[Event] = []
                 for lo, end, deliveries in taken:
-                    events.extend(self._events(conn, stream, partition, lo, end, deliveries))
+                    events.extend(self._events(conn, stream, partition, lo, end, deliveries, first))
                 first_kept = events[0].offset if events else taken[-1][1] + 1
                 if first_kept > taken[0][0]:
                     # The oldest pending entries were removed by retention while pending.
@@ -666,20 +766,53 @@ class SqliteStreamBackend(CheckedRead):
                 (*key, start, end, 1, now + ack_deadline, consumer),
             )
             conn.execute("UPDATE fs_groups SET delivered=? WHERE stream=? AND grp=? AND part=?", (end, *key))
-            return self._events(conn, stream, partition, start, end, 1)
+            return self._events(conn, stream, partition, start, end, 1, first)
 
     def _events(
-        self, conn: sqlite3.Connection, stream: str, partition: int, lo: int, hi: int, deliveries: int
+        self,
+        conn: sqlite3.Connection,
+        stream: str,
+        partition: int,
+        lo: int,
+        hi: int,
+        deliveries: int,
+        first: int,
     ) -> list[Event]:
-        rows = conn.execute(
-            "SELECT off, id, key, ts, payload FROM fs_events "
-            "WHERE stream=? AND part=? AND off BETWEEN ? AND ? ORDER BY off",
-            (stream, partition, lo, hi),
-        )
-        return [
-            Event(stream, partition, int(r[0]), r[1], r[2], bytes(r[4]), float(r[3]), deliveries)
-            for r in rows
-        ]
+        """Every offset of ``max(lo, first)..hi`` as an event: the stored one, or a
+        stand-in marked ``malformed`` for a row Foundry could not have written or one
+        deleted from under the log (below ``first`` is retention's, recorded as a gap by
+        the caller)."""
+        conn.text_factory = Text
+        try:
+            rows = conn.execute(
+                "SELECT off, id, key, ts, payload, trace FROM fs_events "
+                "WHERE stream=? AND part=? AND off BETWEEN ? AND ? ORDER BY off",
+                (stream, partition, max(lo, first), hi),
+            ).fetchall()
+        finally:
+            conn.text_factory = str
+        out: list[Event] = []
+        expect = max(lo, first)
+        for row in rows:
+            off = row[0]
+            if type(off) is not int:
+                continue  # a REAL offset between two integers: not a position of the log
+            while expect < off:
+                out.append(_salvage(stream, partition, expect, (), "is missing", deliveries))
+                expect += 1
+            try:
+                event = decode_row(stream, partition, row[:5], deliveries)
+            except MalformedEntryError as exc:
+                out.append(
+                    _salvage(stream, partition, off, row[:5], f"is not a Foundry event: {exc}", deliveries)
+                )
+            else:  # the trace context is advisory: one that does not parse is ignored
+                out.append(event if row[5] is None else dataclasses.replace(event, trace=parse_trace(row[5])))
+            expect = off + 1
+        while expect <= hi:
+            out.append(_salvage(stream, partition, expect, (), "is missing", deliveries))
+            expect += 1
+        return out
 
     def _record_gap(
         self, conn: sqlite3.Connection, stream: str, group: str, partition: int, lo: int, hi: int, now: float

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from foundry.backends.journal import Clock, JournalBackend, ManualClock, open_journal
-from foundry.deliver.workflow.context import WorkflowContext
+from foundry.deliver.workflow.context import AsyncWorkflowContext, WorkflowContext
 from foundry.deliver.workflow.runtime import WorkflowRuntime, WorkflowSource, journal_from
 from foundry.deliver.workflow.worker import AppLike, Worker
 from foundry.errors import NotFoundError, SubmitError
@@ -26,6 +26,7 @@ from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
 __all__ = [
+    "AsyncWorkflowContext",
     "ManualClock",
     "Worker",
     "WorkflowContext",
@@ -62,7 +63,14 @@ def runtime_for(ctx: RuntimeContext) -> WorkflowRuntime:
     with _LOCK:
         entry = _SHARED.get(_key(ctx))
         if entry is None:
-            rt = WorkflowRuntime(open_journal(ctx.settings.journal), ctx.lookup, metrics=ctx.metrics)
+            rt = WorkflowRuntime(
+                open_journal(ctx.settings.journal),
+                ctx.lookup,
+                metrics=ctx.metrics,
+                errors=ctx.errors,
+                watchdog=ctx.settings.watchdog,
+                tracing=ctx.tracing,
+            )
             _register(_key(ctx), rt, pinned=False)
             entry = _SHARED[_key(ctx)]
         entry[1] += 1
@@ -100,7 +108,11 @@ def configure(
                 "configure() before starting any workflow of this app"
             )
         backend, own = journal_from(journal, ctx.settings.journal, clock)
-        rt = WorkflowRuntime(backend, ctx.lookup, metrics=ctx.metrics, own_journal=own, **options)
+        options.setdefault("watchdog", ctx.settings.watchdog)
+        options.setdefault("tracing", ctx.tracing)
+        rt = WorkflowRuntime(
+            backend, ctx.lookup, metrics=ctx.metrics, own_journal=own, errors=ctx.errors, **options
+        )
         _register(_key(ctx), rt, pinned=True)
         return rt
 
