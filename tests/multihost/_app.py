@@ -29,29 +29,36 @@ def record(what: str) -> None:
         os.close(fd)
 
 
+def wait_for_gate() -> None:
+    """Wait for the test to open the gate (the file ``MH_GATE`` exists; at most 60 s)."""
+    gate = os.environ["MH_GATE"]
+    deadline = time.monotonic() + 60.0
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def job(i: int, gated: bool = False) -> str:
     """A queued job: recorded when it starts, then ~50 ms of work. A gated one then waits
-    for the test to open the gate (the file ``MH_GATE`` exists; at most 60 s), so the
-    test knows a host holds it, unfinished, when it cuts that host off."""
+    for the gate, so the test knows a host holds it, unfinished, when it cuts that host off."""
     record(f"job{i}")
     time.sleep(WORK_SECONDS)
     if gated:
-        gate = os.environ["MH_GATE"]
-        deadline = time.monotonic() + 60.0
-        while not os.path.exists(gate) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_gate()
     return HOST
 
 
-def leg(n: int, part: str) -> str:
+def leg(n: int, part: str, gated: bool = False) -> str:
     record(f"trip{n}-{part}")
     time.sleep(WORK_SECONDS)
+    if gated:
+        wait_for_gate()
     return HOST
 
 
-def trip(wf: Any, n: int) -> list[str]:
-    """A workflow of two plain steps, each recorded when it runs."""
-    out = wf.step(leg, n, "out")
+def trip(wf: Any, n: int, gated: bool = False) -> list[str]:
+    """A workflow of two plain steps, each recorded when it runs; a gated trip's first
+    step waits for the gate (the host running it holds the run, mid-step)."""
+    out = wf.step(leg, n, "out", gated)
     back = wf.step(leg, n, "back")
     return [out, back]
 

@@ -252,18 +252,37 @@ def test_workflow_workers_on_two_hosts_one_cut_off(tmp_path: Path) -> None:
                     ["foundry.cli", "workflows", "worker", "tests.multihost._app:app", "--journal",
                      hosts.reroute(url), "--lease", str(LEASE), "--poll", "0.1", "--concurrency",
                      str(CONCURRENCY), "--quiet"],
+                    MH_GATE=str(hosts.gate),
                 )  # fmt: skip
             trip = app.get("trip")
-            handles = [trip.enqueue(n, id=f"trip-{n}-{uuid.uuid4().hex[:6]}") for n in range(trips)]
-            cut_at = hosts.cut_when_both_are_working(trips // 2)
+            gated = range(trips // 4, trips // 4 + GATED)  # after 10 plain ones: both hosts get there
+            handles = [
+                trip.enqueue(n, n in gated, id=f"trip-{n}-{uuid.uuid4().hex[:6]}") for n in range(trips)
+            ]
+            # When: h1 is inside the first step of a gated trip (it waits for the gate), h1 is cut off
+            names = {f"trip{n}-out" for n in gated}
+
+            def h1_holds_a_gated_trip() -> bool:
+                rows = hosts.rows()
+                return {h for _, h, _ in rows} == {"h1", "h2"} and any(
+                    h == "h1" and what in names for what, h, _ in rows
+                )
+
+            hosts.wait_until("h1 to start a gated trip, h2 having worked too", h1_holds_a_gated_trip)
+            hosts.net.cut("h1")
+            cut_at = time.time()
+            held = [int(what[4:].split("-")[0]) for what, h, _ in hosts.rows() if h == "h1" and what in names]
+            hosts.gate.touch()  # the gated steps finish: h1's results cannot leave it
+            # Then: every trip answers, each step once but for what h1 was in when it was cut off ...
             results = [h.result(timeout=120) for h in handles]
             assert all(len(r) == 2 and set(r) <= {"h1", "h2"} for r in results)
             steps = [f"trip{n}-{part}" for n in range(trips) for part in ("out", "back")]
-            # at most the step each of h1's runs was in when it was cut off runs again
             runs = count(hosts, steps, cut_at, window=CONCURRENCY)
-            # and h2 took over the runs h1 held: a trip begun on h1 finished on h2
-            taken_over = [n for n, r in enumerate(results) if r == ["h1", "h2"] or runs[f"trip{n}-out"] > 1]
-            assert taken_over, "no workflow that h1 held was resumed by h2"
+            # ... and h2 took over the runs h1 held: their first step ran again, on h2
+            assert held
+            for n in held:
+                assert runs[f"trip{n}-out"] == 2, (n, runs[f"trip{n}-out"])
+                assert results[n] == ["h2", "h2"], (n, results[n])
     finally:
         runtime.close()
         app.close()
