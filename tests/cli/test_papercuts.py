@@ -85,6 +85,18 @@ def test_a_piped_bill_has_no_trailing_spaces(cli: CLI, monkeypatch: pytest.Monke
     assert "…" not in out
 
 
+def test_a_piped_demo_honours_columns_and_has_no_trailing_spaces(
+    cli: CLI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = cli("demo", "--only", "inprocess", "--home", str(tmp_path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) > 10  # the section ran and printed its decisions
+    assert max(len(line) for line in lines) <= 80
+    assert [line for line in lines if line != line.rstrip()] == []
+
+
 # -- shared options before and after the action ---------------------------------------------
 
 

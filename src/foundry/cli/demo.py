@@ -23,10 +23,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.rule import Rule
 
-    console = Console()
+    from foundry.cli._target import console as make_console
+
+    console = make_console()  # a pipe gets COLUMNS (or 140) columns without trailing spaces
     home = args.home or tempfile.mkdtemp(prefix="foundry-demo-")
     os.environ["FOUNDRY_HOME"] = home
     console.print(f"[dim]state directory: {home}[/dim]")
