@@ -141,29 +141,27 @@ class RedisIdempotencyStore(ShowsUrl):
 
         return self._cas(scope, key, "claim", step)
 
-    def complete(self, scope: str, key: str, owner: str) -> bool:
+    def _finish(self, scope: str, key: str, owner: str, done: bool) -> bool:
         check_scope_key(scope, key)
 
         def step(pipe: Any, record: Record | None) -> bool:
             if record is None or record.state != "running" or record.owner != owner:
                 return False
-            self._put(pipe, scope, Record(key, "done", "", 0.0, time.time()), self.max_age)
+            if done:
+                self._put(pipe, scope, Record(key, "done", "", 0.0, time.time()), self.max_age)
+            else:
+                pipe.multi()
+                pipe.delete(self._key(scope, key))
+                pipe.execute()
             return True
 
-        return self._cas(scope, key, "complete", step)
+        return self._cas(scope, key, "complete" if done else "release", step)
+
+    def complete(self, scope: str, key: str, owner: str) -> bool:
+        return self._finish(scope, key, owner, True)
 
     def release(self, scope: str, key: str, owner: str) -> bool:
-        check_scope_key(scope, key)
-
-        def step(pipe: Any, record: Record | None) -> bool:
-            if record is None or record.state != "running" or record.owner != owner:
-                return False
-            pipe.multi()
-            pipe.delete(self._key(scope, key))
-            pipe.execute()
-            return True
-
-        return self._cas(scope, key, "release", step)
+        return self._finish(scope, key, owner, False)
 
     def lookup(self, scope: str, key: str) -> Record | None:
         check_scope_key(scope, key)
