@@ -29,8 +29,15 @@ How per-key order is kept, even under redelivery and with several consumers in a
 At-least-once: an event is committed only after its handler returned. A crash between
 the handler and the commit redelivers the events of the uncommitted window (at most one
 batch) — make handlers idempotent: ``event.id`` is the producer's id, stable across
-redeliveries and replays; :class:`Idempotency` records handled ids atomically with
-your own writes.
+redeliveries and replays. A group declared ``idempotent`` runs its handler once per
+event id across consumers and hosts (claim, run, record on an idempotency store on the
+stream's own engine: ``idempotency``); :class:`Idempotency` records handled ids atomically
+with your own writes to a SQLite file.
+
+The package, one concept a module: ``event`` (what handlers get), ``options`` (how a
+group consumes), ``runtime`` (:class:`StreamRuntime`), ``consumer`` (one member of a
+group), ``consumers`` (the members one ``run`` started), ``idempotency``, ``unit`` (an
+``@app.work`` unit decided as ``stream``) and ``_outage`` (riding out an engine outage).
 
 An event delivered more than ``max_deliveries`` times without an acknowledgement (its
 consumer crashed or overran the ack deadline each time), or whose handler raised on
