@@ -26,7 +26,7 @@ from foundry.backends.stream import (
 )
 from foundry.deliver.stream._outage import ride_outage
 from foundry.deliver.stream.event import StreamEvent
-from foundry.deliver.stream.idempotency import OnceGuard
+from foundry.deliver.stream.idempotency import IdempotencyUnavailableError, OnceGuard
 from foundry.deliver.stream.options import GroupSpec
 from foundry.errors import (
     BackendError,
@@ -152,7 +152,7 @@ class Consumer:
                 f"{runtime.name}/{self.group}",
                 self.name,
                 max(self.options.ack_deadline, self.options.timeout or 0.0),
-                lambda call: ride_outage(self.stopping, call, attempts=8),
+                lambda call: ride_outage(self.stopping, call),
             )
         self._worker = threading.Thread(target=self._work, name=f"foundry-stream-{self.name}", daemon=True)
         self._beat = threading.Thread(target=self._heartbeat, name=f"foundry-beat-{self.name}", daemon=True)
@@ -426,6 +426,8 @@ class Consumer:
                             letter = (event, problem, None)
                         else:
                             error = self._call(event, data, attempt)
+                            if isinstance(error, IdempotencyUnavailableError) and self.stopping.is_set():
+                                break  # not run: it stays pending, redelivered to whoever reads next
                             if error is None:
                                 self._handled += 1
                                 done = event.offset

@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from foundry.backends.idempotency import IdempotencyStore, TransactionalStore, open_idempotency_store
+from foundry.backends.idempotency import Claim, IdempotencyStore, TransactionalStore, open_idempotency_store
 from foundry.deliver.stream.event import StreamEvent
-from foundry.errors import BackendError, SubmitError
+from foundry.errors import BackendError, BackendUnavailableError, SubmitError
 
-__all__ = ["ClaimedElsewhereError", "Idempotency", "OnceGuard"]
+__all__ = ["ClaimedElsewhereError", "Idempotency", "IdempotencyUnavailableError", "OnceGuard"]
 
 log = logging.getLogger("foundry.stream")
 
@@ -38,6 +38,11 @@ _FOREVER = 100 * 365 * 24 * 3600.0  # the helper keeps its records (it always di
 
 class ClaimedElsewhereError(BackendError):
     """Another consumer holds the claim of this event id: the event is retried later."""
+
+
+class IdempotencyUnavailableError(BackendUnavailableError):
+    """The idempotency store stayed unreachable until the consumer stopped: the event was
+    not run and stays pending (redelivered), it is not a failure of the event."""
 
 
 class OnceGuard:
@@ -50,19 +55,24 @@ class OnceGuard:
         scope: str,
         owner: str,
         lease: float,
-        complete: Callable[[Callable[[], bool]], bool] | None = None,
+        ride: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
         self.store = store
         self.scope = scope
         self.owner = owner
         self.lease = lease
-        self._complete = complete or (lambda call: call())  # how to ride an outage of the record
+        # How a store call rides out an outage (the consumer retries until it stops): an
+        # unreachable store delays events, it never fails or dead-letters them.
+        self._ride = ride or (lambda call: call())
 
     def run(self, key: str, effect: Callable[[], Any]) -> bool:
         """Run ``effect`` unless ``key`` was handled; ``False`` when it was skipped.
         Raises :class:`ClaimedElsewhereError` while another consumer holds the claim, and
         what ``effect`` or the store raised (then nothing is recorded)."""
-        claim = self.store.claim(self.scope, key, self.owner, self.lease)
+        try:
+            claim: Claim = self._ride(lambda: self.store.claim(self.scope, key, self.owner, self.lease))
+        except BackendUnavailableError as exc:
+            raise IdempotencyUnavailableError(f"stream {self.scope}: event {key!r} not run: {exc}") from exc
         if claim.status == "done":
             log.debug("stream %s: event %s was handled already; skipped", self.scope, key)
             return False
@@ -85,7 +95,7 @@ class OnceGuard:
                 self.store.release(self.scope, key, self.owner)
             raise
         try:
-            recorded = self._complete(lambda: self.store.complete(self.scope, key, self.owner))
+            recorded = bool(self._ride(lambda: self.store.complete(self.scope, key, self.owner)))
         except BackendError as exc:
             log.warning(
                 "stream %s: event %s was handled but its record could not be written (%s); a "
