@@ -606,3 +606,40 @@ def test_a_crash_between_effect_and_record_runs_the_handler_again(tmp_path: Path
     assert {n: len(pids) for n, pids in runs.items()} == {0: 1, 1: 1, 2: 2, 3: 1, 4: 1}
     assert runs[2][0] != runs[2][1]
     assert "may have had its effect" in second.stderr or "may have happened" in second.stderr
+
+
+def test_the_store_is_bounded(engine: str, open_store: OpenStore) -> None:
+    """SQL engines trim each scope to ``max_records`` (oldest done first) and drop expired
+    records; Redis gives every record a TTL; NATS gives the bucket one."""
+    store = open_store(max_age=3600.0, max_records=3)
+    sc, other = scope(), scope()
+    for i in range(6):
+        store.claim(sc, f"e{i}", "A", 30)
+        store.complete(sc, f"e{i}", "A")
+        time.sleep(0.002)  # distinct completion times: "oldest" is well defined
+    store.claim(other, "x", "A", 30)
+    url: str = store.test_url  # type: ignore[attr-defined]
+    if engine in ("sqlite", "postgres"):
+        store.purge()  # type: ignore[attr-defined]  # (also run every PURGE_EVERY claims)
+        kept = [i for i in range(6) if store.lookup(sc, f"e{i}") is not None]
+        assert kept == [3, 4, 5]
+        assert store.lookup(other, "x") is not None  # running, and another scope
+    elif engine == "redis":
+        import redis
+
+        r = redis.Redis.from_url(url.split("?", 1)[0])
+        ttls = [r.pttl(store._key(sc, f"e{i}")) for i in range(6)]  # type: ignore[attr-defined]
+        r.close()
+        assert all(0 < ttl <= 3600_000 for ttl in ttls), ttls
+    else:
+        import nats
+
+        async def ttl() -> float:
+            nc = await nats.connect(url.split("?", 1)[0])
+            try:
+                status = await (await nc.jetstream().key_value(store.bucket)).status()  # type: ignore[attr-defined]
+                return float(status.ttl or 0)
+            finally:
+                await nc.close()
+
+        assert asyncio.run(ttl()) == pytest.approx(3600.0)
