@@ -26,7 +26,8 @@ from foundry.backends.idempotency.base import (
     check_claim_args,
     check_limits,
     check_scope_key,
-    decide,
+    claim_step,
+    live,
     record_from_fields,
 )
 
@@ -96,12 +97,10 @@ class SqlIdempotencyStore(ShowsUrl):
                 answer = Claim("claimed")
             else:
                 record = self._record(cur, scope, key, lock=self.placeholder != "?")
-                found = decide(record, owner, now, self.max_age)
-                if found is not None:
-                    return found
-                cur.execute(self._q(_TAKE), (now, owner, now + lease, scope, key))
-                took_over = record is not None and record.state == "running" and record.owner != owner
-                answer = Claim("claimed", took_over=took_over)
+                answer, write = claim_step(record, key, owner, lease, now, self.max_age)
+                if write is None:
+                    return answer
+                cur.execute(self._q(_TAKE), (write.at, owner, write.until, scope, key))
         self._maybe_purge()
         return answer
 
@@ -121,10 +120,7 @@ class SqlIdempotencyStore(ShowsUrl):
         check_scope_key(scope, key)
         with self._tx() as cur:
             record = self._record(cur, scope, key)
-        now = time.time()
-        if record is None or decide(record, "\0", now, self.max_age) is None:
-            return None  # expired (a record of owner "\0" cannot exist)
-        return record
+        return live(record, time.time(), self.max_age)
 
     def forget(self, scope: str) -> int:
         with self._tx() as cur:

@@ -65,8 +65,11 @@ __all__ = [
     "check_claim_args",
     "check_limits",
     "check_scope_key",
+    "claim_step",
     "decide",
     "dump_record",
+    "finish_step",
+    "live",
     "load_record",
     "record_from_fields",
 ]
@@ -188,6 +191,35 @@ def decide(record: Record | None, owner: str, now: float, max_age: float) -> Cla
     if record.owner == owner or record.until <= now:
         return None
     return Claim("busy", record.owner, record.until)
+
+
+def claim_step(
+    record: Record | None, key: str, owner: str, lease: float, now: float, max_age: float
+) -> tuple[Claim, Record | None]:
+    """A claim over the stored ``record``: the answer, and the running record the engine
+    must write (compare-and-set on what it read) for it to hold — ``None``: write nothing."""
+    found = decide(record, owner, now, max_age)
+    if found is not None:
+        return found, None
+    took_over = record is not None and record.state == "running" and record.owner != owner
+    return Claim("claimed", took_over=took_over), Record(key, "running", owner, now + lease, now)
+
+
+def finish_step(
+    record: Record | None, key: str, owner: str, done: bool, now: float
+) -> tuple[bool, Record | None]:
+    """``complete`` (``done``) or ``release`` over the stored ``record``: whether ``owner``
+    holds the claim, and what replaces it — the done record, or ``None`` (delete it)."""
+    if record is None or record.state != "running" or record.owner != owner:
+        return False, None
+    return True, Record(key, "done", "", 0.0, now) if done else None
+
+
+def live(record: Record | None, now: float, max_age: float) -> Record | None:
+    """``record`` unless it expired (a done record past ``max_age``, a lapsed claim)."""
+    if record is None or decide(record, "\0", now, max_age) is None:  # no owner is "\0"
+        return None
+    return record
 
 
 def _number(value: Any) -> float | None:

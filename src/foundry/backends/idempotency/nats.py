@@ -38,8 +38,10 @@ from foundry.backends.idempotency.base import (
     check_claim_args,
     check_limits,
     check_scope_key,
-    decide,
+    claim_step,
     dump_record,
+    finish_step,
+    live,
     load_record,
 )
 from foundry.config import safe_url
@@ -205,14 +207,9 @@ class NatsIdempotencyStore(ShowsUrl):
         async def run() -> Claim:
             while True:
                 record, revision = await self._get(scope, key)
-                now = time.time()
-                found = decide(record, owner, now, self.max_age)
-                if found is not None:
-                    return found
-                value = dump_record(Record(key, "running", owner, now + lease, now))
-                if await self._swap(scope, key, value, revision):
-                    took_over = record is not None and record.state == "running" and record.owner != owner
-                    return Claim("claimed", took_over=took_over)
+                answer, write = claim_step(record, key, owner, lease, time.time(), self.max_age)
+                if write is None or await self._swap(scope, key, dump_record(write), revision):
+                    return answer
 
         return self._call(run, "claim")
 
@@ -222,11 +219,10 @@ class NatsIdempotencyStore(ShowsUrl):
         async def run() -> bool:
             while True:
                 record, revision = await self._get(scope, key)
-                if record is None or record.state != "running" or record.owner != owner:
-                    return False
-                value = dump_record(Record(key, "done", "", 0.0, time.time())) if done else None
-                if await self._swap(scope, key, value, revision):
-                    return True
+                held, write = finish_step(record, key, owner, done, time.time())
+                value = None if write is None else dump_record(write)
+                if not held or await self._swap(scope, key, value, revision):
+                    return held
 
         return self._call(run, "complete" if done else "release")
 
@@ -242,10 +238,7 @@ class NatsIdempotencyStore(ShowsUrl):
         async def run() -> Record | None:
             return (await self._get(scope, key))[0]
 
-        record = self._call(run, "lookup")
-        if record is None or decide(record, "\0", time.time(), self.max_age) is None:
-            return None
-        return record
+        return live(self._call(run, "lookup"), time.time(), self.max_age)
 
     def forget(self, scope: str) -> int:
         prefix = f"{_digest(scope, 24)}."

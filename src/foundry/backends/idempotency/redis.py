@@ -30,8 +30,10 @@ from foundry.backends.idempotency.base import (
     check_claim_args,
     check_limits,
     check_scope_key,
-    decide,
+    claim_step,
     dump_record,
+    finish_step,
+    live,
     load_record,
 )
 from foundry.config import safe_url
@@ -131,13 +133,10 @@ class RedisIdempotencyStore(ShowsUrl):
         check_claim_args(scope, key, owner, lease)
 
         def step(pipe: Any, record: Record | None) -> Claim:
-            now = time.time()
-            found = decide(record, owner, now, self.max_age)
-            if found is not None:
-                return found
-            self._put(pipe, scope, Record(key, "running", owner, now + lease, now), max(lease, self.max_age))
-            took_over = record is not None and record.state == "running" and record.owner != owner
-            return Claim("claimed", took_over=took_over)
+            answer, write = claim_step(record, key, owner, lease, time.time(), self.max_age)
+            if write is not None:
+                self._put(pipe, scope, write, max(lease, self.max_age))
+            return answer
 
         return self._cas(scope, key, "claim", step)
 
@@ -145,15 +144,14 @@ class RedisIdempotencyStore(ShowsUrl):
         check_scope_key(scope, key)
 
         def step(pipe: Any, record: Record | None) -> bool:
-            if record is None or record.state != "running" or record.owner != owner:
-                return False
-            if done:
-                self._put(pipe, scope, Record(key, "done", "", 0.0, time.time()), self.max_age)
-            else:
+            held, write = finish_step(record, key, owner, done, time.time())
+            if held and write is not None:
+                self._put(pipe, scope, write, self.max_age)
+            elif held:
                 pipe.multi()
                 pipe.delete(self._key(scope, key))
                 pipe.execute()
-            return True
+            return held
 
         return self._cas(scope, key, "complete" if done else "release", step)
 
@@ -166,10 +164,7 @@ class RedisIdempotencyStore(ShowsUrl):
     def lookup(self, scope: str, key: str) -> Record | None:
         check_scope_key(scope, key)
         with self._errors("lookup"):
-            record = self._read(self._r, scope, key)
-        if record is None or decide(record, "\0", time.time(), self.max_age) is None:
-            return None
-        return record
+            return live(self._read(self._r, scope, key), time.time(), self.max_age)
 
     def forget(self, scope: str) -> int:
         pattern = _glob(self._key(scope, "")) + "*"
