@@ -643,3 +643,32 @@ def test_the_store_is_bounded(engine: str, open_store: OpenStore) -> None:
                 await nc.close()
 
         assert asyncio.run(ttl()) == pytest.approx(3600.0)
+
+
+def test_each_engine_needs_only_its_own_driver(tmp_path: Path) -> None:
+    """With no broker client installed, SQLite works and every other engine says which
+    extra to install (never a bare ModuleNotFoundError)."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        for name in ("redis", "nats", "psycopg"):
+            sys.modules[name] = None  # not installed
+        from foundry.backends.idempotency import open_idempotency_store
+        from foundry.errors import ConfigError
+        store = open_idempotency_store("sqlite:///{tmp_path}/alone.db")
+        assert store.claim("s/g", "e1", "A", 30).status == "claimed"
+        store.close()
+        for url, extra in (("redis://h:6379/0", "redis"), ("nats://h:4222", "nats"),
+                           ("postgresql://u@h/db", "postgres")):
+            try:
+                open_idempotency_store(url)
+            except ConfigError as exc:
+                assert f"foundry-exec[{{extra}}]" in str(exc), exc
+            else:
+                raise AssertionError(url)
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
