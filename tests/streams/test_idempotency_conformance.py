@@ -505,10 +505,7 @@ def test_an_unreachable_store_is_backend_unavailable(engine_name: str) -> None:
         "nats": "nats://127.0.0.1:1",
     }[engine_name]
     options: dict[str, Any] = {"timeout": 1.0} if engine_name == "nats" else {}
-    try:
-        store = open_idempotency_store(url, **options)
-    except BackendUnavailableError:
-        return  # PostgreSQL connects (and creates its table) at once: told right there
+    store = open_idempotency_store(url, **options)  # opening connects to nothing
     try:
         with pytest.raises(BackendUnavailableError):
             store.claim(scope(), "e1", "A", 30)

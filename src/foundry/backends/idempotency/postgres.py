@@ -4,7 +4,8 @@ URL: ``postgresql://user:pass@host:5432/db`` with the option ``schema=`` (defaul
 ``public``; created if missing). A claim is one transaction: an insert-if-absent, then
 the row locked (``SELECT … FOR UPDATE``) and compared before it is taken over, so two
 hosts claiming the same key cannot both win. One connection per thread (psycopg 3,
-autocommit outside the claim's transaction).
+autocommit outside the claim's transaction); opening connects to nothing, the first
+call makes the schema and the table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+import psycopg.errors
 
 from foundry.backends.idempotency._sql import SqlIdempotencyStore
 from foundry.backends.idempotency.base import DEFAULT_MAX_AGE, DEFAULT_MAX_RECORDS
@@ -55,9 +57,7 @@ class PostgresIdempotencyStore(SqlIdempotencyStore):
         self._local = threading.local()
         self._conns: list[Any] = []
         self._lock = threading.Lock()
-        with self._tx() as cur:
-            cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-            cur.execute(_TABLE)
+        self._ready = False  # the schema and table are made on first use: opening never connects
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -79,9 +79,34 @@ class PostgresIdempotencyStore(SqlIdempotencyStore):
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Any]:
         conn = self._conn()
+        if not self._ready:
+            self._create(conn)
+        with self._errors(), conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def _create(self, conn: Any) -> None:
+        """Make the schema and the table; another host making them at the same moment
+        (``IF NOT EXISTS`` still races in PostgreSQL's catalog) is success, not an error."""
+        raced = (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DuplicateSchema,
+            psycopg.errors.DuplicateTable,
+        )
+        for attempt in range(3):
+            try:
+                with self._errors(), conn.transaction(), conn.cursor() as cur:
+                    cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                    cur.execute(_TABLE)
+                break
+            except BackendError as exc:
+                if not isinstance(exc.__cause__, raced) or attempt == 2:
+                    raise
+        self._ready = True
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                yield cur
+            yield
         except psycopg.OperationalError as exc:
             raise BackendUnavailableError(f"idempotency store {self.url}: {exc}. Fix: retry") from exc
         except psycopg.Error as exc:
