@@ -669,3 +669,29 @@ def test_each_engine_needs_only_its_own_driver(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_file_of_the_older_idempotency_helper_keeps_its_records(tmp_path: Path) -> None:
+    """``Idempotency`` files written before the store existed (three columns) are migrated:
+    their rows read as done records, none is applied again."""
+    from types import SimpleNamespace
+
+    from foundry.deliver.stream import Idempotency
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE foundry_handled (grp TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, "
+            "PRIMARY KEY (grp, id)) WITHOUT ROWID"
+        )
+        conn.execute("INSERT INTO foundry_handled VALUES ('g', 'applied-in-2024', 1.7e9)")
+    done = Idempotency(path)
+    try:
+        assert done.seen("g", "applied-in-2024")
+        with done.once(SimpleNamespace(group="g", id="applied-in-2024")) as tx:  # type: ignore[arg-type]
+            assert tx is None
+        with done.once(SimpleNamespace(group="g", id="new")) as tx:  # type: ignore[arg-type]
+            assert tx is not None
+        assert done.forget("g") == 2
+    finally:
+        done.close()
