@@ -19,12 +19,15 @@ import uuid
 from typing import Any
 
 from foundry.backends.stream import StreamConfig
-from foundry.deliver.stream import ConsumerOptions, Consumers, StreamEvent, StreamRuntime
+from foundry.deliver.stream.consumers import Consumers
+from foundry.deliver.stream.event import StreamEvent
+from foundry.deliver.stream.options import ConsumerOptions
+from foundry.deliver.stream.runtime import StreamRuntime
 from foundry.errors import SubmitError
 from foundry.handle import FutureSource, Handle
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
-__all__ = ["StreamUnitRunner"]
+__all__ = ["StreamUnitRunner", "make_runner"]
 
 _GROUP = "run"
 
@@ -139,3 +142,9 @@ class StreamUnitRunner:
 
     def close(self, timeout: float = 10.0) -> None:
         self.runtime.close(timeout)
+
+
+def make_runner(spec: Any, ctx: Any) -> Any:
+    """A unit decided as ``stream`` (ordered per key, durable): each call is an event on a
+    stream named after the unit, handled in order per key by this process's consumer."""
+    return StreamUnitRunner(spec, ctx)
