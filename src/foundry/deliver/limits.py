@@ -157,8 +157,12 @@ class Limiter:
     """Grants for one worker's jobs: the scope of a job, the engine's answer, the slots
     it holds (renewed with their jobs' leases, released when they end) and the metrics."""
 
-    def __init__(self, queue_url: str, home: Any, metrics: Registry, lease: float) -> None:
-        self._open: Callable[[], LimitsBackend] = lambda: open_limits(queue_url, home)
+    def __init__(self, queue_url: str, home: Any, metrics: Registry, lease: float, owner: object) -> None:
+        # One store per process and URL, shared by its workers (memory://: per queue backend,
+        # ``owner``, whose workers share its private file), like the queue runtime.
+        where = (queue_url, str(home), id(owner) if queue_url.startswith("memory:") else 0)
+        self._open: Callable[[], LimitsBackend] = lambda: _shared(where, lambda: open_limits(queue_url, home))
+        self._where = where
         self._backend: LimitsBackend | None = None
         self._lease = lease
         self._lock = threading.Lock()
@@ -258,4 +262,30 @@ class Limiter:
         with self._lock:
             backend, self._backend = self._backend, None
         if backend is not None:
-            backend.close()
+            _unshare(self._where)
+
+
+_SHARED: dict[tuple[str, str, int], list[Any]] = {}  # where -> [backend, references]
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(where: tuple[str, str, int], open_: Callable[[], LimitsBackend]) -> LimitsBackend:
+    with _SHARED_LOCK:
+        entry = _SHARED.get(where)
+        if entry is None:
+            entry = _SHARED[where] = [open_(), 0]
+        entry[1] += 1
+        backend: LimitsBackend = entry[0]
+        return backend
+
+
+def _unshare(where: tuple[str, str, int]) -> None:
+    with _SHARED_LOCK:
+        entry = _SHARED.get(where)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _SHARED[where]
+    entry[0].close()

@@ -588,7 +588,9 @@ class Worker:
         )
         limited = any(limit_of(u.spec) for u in app.units.values() if u.decision.delivery == "queue")
         self.limiter = (
-            Limiter(url or self.ctx.settings.queue, self.ctx.settings.home, m, lease) if limited else None
+            Limiter(url or self.ctx.settings.queue, self.ctx.settings.home, m, lease, self.backend)
+            if limited
+            else None
         )
 
     @property
