@@ -18,6 +18,7 @@ from foundry import Foundry
 
 RATE = "10/s"  # the bucket of `rated`: 10 tokens, refilled at 10 per second
 CAP = 2  # max_concurrency of `capped`
+RATE_PER = "5/s"  # the bucket of `rated_per`, one per customer
 
 
 def _note(unit: str, i: int, key: str, start: float) -> None:
@@ -50,6 +51,11 @@ def rated(i: int) -> int:
     return i
 
 
+def rated_per(customer_id: str, i: int) -> int:
+    _note("rated_per", i, customer_id, time.time())
+    return i
+
+
 def free(i: int) -> int:
     _note("free", i, "", time.time())
     return i
@@ -70,6 +76,7 @@ def make_app(url: str) -> Foundry:
     app.work(durable=True, max_concurrency=CAP)(capped)
     app.work(durable=True, max_concurrency=1, per="customer_id")(per_customer)
     app.work(durable=True, rate_limit=RATE)(rated)
+    app.work(durable=True, rate_limit=RATE_PER, per="customer_id")(rated_per)
     app.work(durable=True)(free)
     app.work(durable=True, max_concurrency=1)(hog)
     return app

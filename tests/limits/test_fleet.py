@@ -99,7 +99,9 @@ def test_three_workers_never_exceed_a_cap_or_a_bucket_and_lose_nothing(
         free = [app.units["free"].submit(i) for i in range(5)]
         capped = [app.units["capped"].submit(i) for i in range(12)]
         keyed = [app.units["per_customer"].submit(f"c{i % 3}", i) for i in range(12)]
-        assert results(rated + free + capped + keyed, 90) == [*range(30), *range(5), *range(12), *range(12)]
+        keyed_rate = [app.units["rated_per"].submit(f"c{i % 2}", i) for i in range(20)]
+        done = results(rated + free + capped + keyed + keyed_rate, 90)
+        assert done == [*range(30), *range(5), *range(12), *range(12), *range(20)]
     finally:
         fleet.stop()
         app.close()
@@ -108,6 +110,7 @@ def test_three_workers_never_exceed_a_cap_or_a_bucket_and_lose_nothing(
     seen = counts(rows)
     want = {("rated", i) for i in range(30)} | {("free", i) for i in range(5)}
     want |= {("capped", i) for i in range(12)} | {("per_customer", i) for i in range(12)}
+    want |= {("rated_per", i) for i in range(20)}
     assert set(seen) == want
     assert set(seen.values()) == {1}, seen
     assert len({r[5] for r in rows}) >= 2, "the jobs were shared by the workers"
@@ -122,6 +125,15 @@ def test_three_workers_never_exceed_a_cap_or_a_bucket_and_lose_nothing(
     n, length, bound = worst_window(starts, burst=10, rate=10.0, slack=SLACK)
     assert n <= bound, f"{n} starts in {length:.2f}s, more than the bucket's {bound:.1f}"
     assert max(starts) - min(starts) >= 1.5, "30 jobs at 10/s with a burst of 10 take 2 s"
+    for key in ("c0", "c1"):  # ... per key too (burst 5, 5/s each)
+        mine = [r[3] for r in runs(effects, "rated_per") if r[2] == key]
+        n, length, bound = worst_window(mine, burst=5, rate=5.0, slack=SLACK)
+        assert n <= bound, f"{key}: {n} starts in {length:.2f}s, more than the bucket's {bound:.1f}"
+        assert max(mine) - min(mine) >= 0.8, "10 jobs at 5/s with a burst of 5 take 1 s"
+    both = sorted(r[3] for r in runs(effects, "rated_per"))
+    assert worst_window(both, burst=5, rate=5.0, slack=SLACK)[0] > 5 + 5 * SLACK, (
+        "the keys have a bucket each"
+    )
     # ... and the unlimited jobs queued behind the limited backlog did not wait for it
     assert max(r[3] for r in runs(effects, "free")) < max(starts)
 
