@@ -4,6 +4,7 @@ each call is one ``BEGIN IMMEDIATE`` transaction, so no two processes interleave
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import tempfile
 import threading
@@ -32,10 +33,7 @@ class SqliteLimits(SqlLimits):
         self._temporary: Path | None = None
         if url.startswith("memory://"):
             handle, name = tempfile.mkstemp(prefix="foundry-limits-", suffix=".db")
-            Path(name).unlink(missing_ok=True)
-            import os
-
-            os.close(handle)
+            os.close(handle)  # an empty file is an empty database
             self.path = name
             self._temporary = Path(name)
         else:
