@@ -73,3 +73,17 @@ def test_bad_limits_name_the_unit_field_value_and_fix(
 def test_limits_need_a_durable_queue(app: Foundry) -> None:
     with pytest.raises(DeclarationError, match=r"max_concurrency.*not on a queue.*durable=True"):
         app.work(max_concurrency=3)(charge)
+
+
+def test_a_limit_below_the_declared_arrival_rate_warns(app: Foundry) -> None:
+    slow = app.work(durable=True, rate="50/s", rate_limit="10/s", name="slow")(charge)
+    assert [w.code for w in slow.decision.warnings] == ["limit-below-demand"]
+    assert 'rate_limit="10/s"' in slow.decision.warnings[0].message
+    narrow = app.work(durable=True, rate="50/s", est="200ms", max_concurrency=5, name="narrow")(charge)
+    assert "max_concurrency=5" in narrow.decision.warnings[0].message  # 5 / 0.2 s = 25/s
+    roomy = app.work(durable=True, rate="5/s", rate_limit="10/s", est="200ms", max_concurrency=5, name="ok")(
+        charge
+    )
+    assert roomy.decision.warnings == ()
+    keyed = app.work(durable=True, rate="50/s", rate_limit="10/s", per="customer_id", name="keyed")(charge)
+    assert keyed.decision.warnings == ()
