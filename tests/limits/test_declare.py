@@ -70,6 +70,13 @@ def test_bad_limits_name_the_unit_field_value_and_fix(
     assert fix in message
 
 
+def test_a_limited_units_decision_watches_its_waits(app: Foundry) -> None:
+    unit = app.work(durable=True, rate_limit="5/m")(charge)
+    assert {"foundry_limit_waiting", "foundry_limit_wait_seconds_total"} <= set(unit.decision.watch)
+    plain = app.work(durable=True, name="plain")(charge)
+    assert "foundry_limit_waiting" not in plain.decision.watch
+
+
 def test_limits_need_a_durable_queue(app: Foundry) -> None:
     with pytest.raises(DeclarationError, match=r"max_concurrency.*not on a queue.*durable=True"):
         app.work(max_concurrency=3)(charge)
