@@ -136,7 +136,7 @@ class ParkingRoom(Generic[J]):
         """Take ``job`` out (cancelled); when it waited since, or ``None`` if not here."""
         for scope, line in list(self._scopes.items()):
             for item in line:
-                if item.job is job:
+                if item.job == job:  # a _Job compares by identity
                     line.remove(item)
                     self.count -= 1
                     if not line and self._due.get(scope) != float("inf"):
