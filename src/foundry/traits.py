@@ -29,9 +29,11 @@ __all__ = [
     "QUEUE_NAME_RULE",
     "Bound",
     "Overflow",
+    "RateLimit",
     "Traits",
     "parse_duration",
     "parse_rate",
+    "parse_rate_limit",
     "parse_size",
     "queue_name_problem",
     "traits_from_kwargs",
@@ -196,6 +198,56 @@ def parse_size(value: str | int, *, unit: str = "?", field_name: str = "max_payl
     return size
 
 
+_RATE_LIMIT_RE = re.compile(r"^\s*(?P<n>\d+)\s*/\s*(?P<u>[A-Za-z]+)\s*$")
+_RATE_LIMIT_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE_LIMIT_FIX = 'write it as "N/s", "N/m" or "N/h" with N a whole number ≥ 1, e.g. rate_limit="100/s"'
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """``rate_limit="100/s"``: a token bucket of ``count`` tokens refilled at ``count``
+    per ``period`` seconds, kept in the queue's engine for the whole fleet. Its burst
+    capacity is ``count``: in any window of ``w`` seconds at most ``count + w × rate``
+    jobs of the unit (of the key, with ``per=``) start."""
+
+    count: int
+    period: float  # seconds: 1, 60 or 3600
+
+    @property
+    def rate(self) -> float:
+        """Tokens per second."""
+        return self.count / self.period
+
+    def __str__(self) -> str:
+        return f"{self.count}/{ {1.0: 's', 60.0: 'm', 3600.0: 'h'}[self.period] }"
+
+
+def parse_rate_limit(value: Any, *, unit: str = "?", field_name: str = "rate_limit") -> RateLimit:
+    """``"100/s"``, ``"10/m"``, ``"500/h"`` (a :class:`RateLimit`); anything else is a
+    :class:`DeclarationError` saying how to write it (``"100/sec"`` → ``use "100/s"``)."""
+    if isinstance(value, RateLimit):
+        return value
+    if not isinstance(value, str):
+        raise DeclarationError(unit, field_name, value, "is not a rate limit", _RATE_LIMIT_FIX)
+    match = _RATE_LIMIT_RE.match(value)
+    if not match:
+        raise DeclarationError(unit, field_name, value, "is not a rate limit", _RATE_LIMIT_FIX)
+    count, word = int(match["n"]), match["u"].lower()
+    period = _RATE_LIMIT_PERIODS.get(word)
+    if period is None:
+        seconds = _PER_UNITS.get(word.removesuffix("s")) or _PER_UNITS.get(word)
+        short = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(seconds or 0.0)
+        fix = f'use "{count}/{short}"' if short else _RATE_LIMIT_FIX
+        raise DeclarationError(
+            unit, field_name, value, f"has the period {match['u']!r}; a rate limit takes s, m or h", fix
+        )
+    if count < 1:
+        raise DeclarationError(
+            unit, field_name, value, "lets nothing run", 'give at least 1, e.g. rate_limit="1/m"'
+        )
+    return RateLimit(count, period)
+
+
 @dataclass(frozen=True, slots=True)
 class Traits:
     """What the author knows about one unit of work (or one phase of it).
@@ -294,6 +346,16 @@ class Traits:
     """First retry delay; doubles per attempt with jitter (``None``: the runtime's default)."""
     max_payload: int | None = None
     """Largest encoded arguments a durable model accepts (``"1MB"``; ``None``: 1 MiB)."""
+    rate_limit: RateLimit | None = None
+    """Durable queue: at most this many starts of the unit for the whole fleet (``"100/s"``,
+    ``"10/m"``, ``"500/h"``; a token bucket in the queue's engine, burst = the count; with
+    ``per=``, per key). A job over it waits; it is not failed (``docs/limits.md``)."""
+    max_concurrency: int | None = None
+    """Durable queue: at most this many jobs of the unit run at once across every worker
+    (with ``per=``, per key). The slots are leases: a dead worker's slot lapses with its job."""
+    per: str | None = None
+    """Durable queue: the argument whose value keys ``rate_limit`` and ``max_concurrency``
+    (``per="customer_id"``: each customer has its own bucket and slots)."""
     adaptive: bool = False
     """Let Foundry move a phase off the event loop at run time: when the loop watchdog keeps
     finding a phase (``@unit.phase``) of this ``async def`` unit holding the loop, the phase
@@ -444,6 +506,20 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
             parsed[name] = _check_durable(unit, name, value)
         elif name == "errors":
             parsed[name] = _check_errors(unit, value)
+        elif name == "rate_limit":
+            parsed[name] = parse_rate_limit(value, unit=unit)
+        elif name == "max_concurrency":
+            parsed[name] = _check_count(unit, name, value, 1)
+        elif name == "per":
+            if not isinstance(value, str) or not value.isidentifier():
+                raise DeclarationError(
+                    unit,
+                    "per",
+                    value,
+                    "is not an argument name",
+                    'name the argument whose value keys the limits, e.g. per="customer_id"',
+                )
+            parsed[name] = value
     traits = replace(base, **parsed) if base is not None else Traits(**parsed)
     _check_consistency(unit, traits, set(parsed))
     return traits
@@ -561,6 +637,14 @@ def _check_consistency(unit: str, t: Traits, given: set[str]) -> None:
             "raise the timeout above the estimate, or correct est=",
         )
     _check_pool(unit, t)
+    if t.per is not None and t.rate_limit is None and t.max_concurrency is None:
+        raise DeclarationError(
+            unit,
+            "per",
+            t.per,
+            "keys limits, and the unit declares none",
+            'add rate_limit="100/s" and/or max_concurrency=5, or drop per=',
+        )
     if t.adaptive and "adaptive" in given and execution in _OFF_THE_LOOP:
         raise DeclarationError(
             unit,

@@ -18,6 +18,7 @@ from foundry.errors import DeclarationError, SubmitError
 from foundry.execute.phase import Phase
 from foundry.execute.structured import current_scope
 from foundry.handle import Handle
+from foundry.limits_decl import check_limits
 from foundry.runtime import Runner, SubmitOptions, UnitSpec
 from foundry.serialize import ErrorTypes
 from foundry.traits import Traits, parse_duration, traits_from_kwargs
@@ -173,6 +174,7 @@ class WorkUnit:
                 "ignore it",
                 'use timeout= (it bounds one run), or declare model="pool"',
             )
+        check_limits(name, fn, traits, self.decision)
         self.is_async = inspect.iscoroutinefunction(fn)
         if traits.adaptive or any(t.adaptive for t in self.phase_traits.values()):
             check_adaptive(self)

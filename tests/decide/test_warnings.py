@@ -120,6 +120,17 @@ TABLE: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {
         [{"est": "200us", "model": "processes"}, {"est": "500us", "rate": "8000/s", "bound": "cpu"}],
         [{"est": "2s", "model": "processes"}, {"est": "2ms", "rate": "900/s", "bound": "cpu"}],
     ),
+    "limit-below-demand": (
+        [
+            {"durable": True, "rate": "50/s", "rate_limit": "10/s"},
+            {"durable": True, "rate": "50/s", "est": "200ms", "max_concurrency": 5},
+        ],
+        [
+            {"durable": True, "rate": "5/s", "rate_limit": "10/s"},
+            {"durable": True, "rate": "50/s", "rate_limit": "10/s", "per": "customer_id"},  # split unknown
+            {"durable": True, "rate": "50/s", "max_concurrency": 5},  # no est: capacity unknown
+        ],
+    ),
     "override-contradicts-traits": (
         [{"est": "90s", "bound": "cpu", "isolate": True, "model": "threads"}],
         [{"est": "90s", "bound": "cpu", "isolate": True, "model": "processes"}, {"model": "queue/processes"}],

@@ -258,6 +258,33 @@ def _ipc_dominated(t: Traits, delivery: str, execution: str, host: Host, load: L
     )
 
 
+def _limit_below_demand(t: Traits, delivery: str, execution: str, host: Host, load: Load) -> Warning | None:
+    """A fleet-wide ``rate_limit=`` or ``max_concurrency=`` that serves less than the
+    declared arrival rate (per key, ``per=``, the split of ``rate`` is unknown: silent)."""
+    if delivery != "queue" or t.rate is None or t.per is not None:
+        return None
+    served: list[tuple[float, str]] = []
+    if t.rate_limit is not None:
+        served.append((t.rate_limit.rate, f'rate_limit="{t.rate_limit}"'))
+    if t.max_concurrency is not None and t.est:
+        served.append(
+            (t.max_concurrency / t.est, f"max_concurrency={t.max_concurrency} × est={fmt_seconds(t.est)}")
+        )
+    if not served:
+        return None
+    capacity, what = min(served)
+    if t.rate <= capacity:
+        return None
+    return Warning(
+        "limit-below-demand",
+        "A limit below the arrival rate",
+        f"{fmt_rate(t.rate)} arriving but {what} lets {fmt_rate(capacity)} start, for the whole fleet: the "
+        "backlog grows without end (the jobs wait, they do not fail) and no number of workers drains it",
+        "raise the limit, or shed load before it is submitted; the limit is only right if the backlog "
+        "can wait (watch foundry_limit_waiting and foundry_queue_oldest_age_seconds)",
+    )
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("queue-when-order-matters", _queue_when_order_matters),
     ("stream-for-simple-work", _stream_for_simple_work),
@@ -271,6 +298,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("saturation", _saturation),
     ("order-lost-by-parallel-model", _order_lost),
     ("ipc-dominated-process-work", _ipc_dominated),
+    ("limit-below-demand", _limit_below_demand),
 )
 CODES: tuple[str, ...] = (*(code for code, _ in CHECKS), OVERRIDE_CODE)
 

@@ -54,6 +54,8 @@ def decide(traits: Traits, *, phase: str = "main", host: Host | None = None) -> 
     delivery_bill = DELIVERY_BILLS[delivery]
     execution_bill = EXECUTION_BILLS[execution]
     watch = tuple(dict.fromkeys((*delivery_bill.watch, *execution_bill.watch)))
+    if delivery == "queue" and (traits.rate_limit is not None or traits.max_concurrency is not None):
+        watch = (*watch, "foundry_limit_waiting", "foundry_limit_wait_seconds_total")  # docs/limits.md
     rejected = (
         *_rejected_with_override(
             rejected_delivery(traits, offered, host, delivery, _answer_of(d_answers, d_by)),

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from foundry.backends.queue import Claimed, JobProgress, QueueBackend, check_queue_name
+from foundry.deliver.limits import Limiter, ParkingRoom, Scope, limit_of
 from foundry.deliver.queue import QueueRuntime, queue_of, release_runtime, runtime_for
 from foundry.errors import (
     BackendError,
@@ -273,6 +274,13 @@ class _QueueLoop:
         self.acks: list[tuple[_Job, bytes, str]] = []  # finished, completion not yet written
         self.ack_cond = threading.Condition()
         self.acking = 0
+        self.room: ParkingRoom[_Job] = ParkingRoom(max(64, 4 * prefetch))  # waiting on a limit
+
+    @property
+    def load(self) -> int:
+        """Jobs held against ``prefetch``: those parked on a limit count only past the
+        room's cap (``foundry.deliver.limits``: no head-of-line blocking behind them)."""
+        return len(self.held) - min(self.room.count, self.room.cap)
 
     def start(self) -> None:
         name = f"foundry-worker-{self.queue}"
@@ -294,12 +302,12 @@ class _QueueLoop:
                 # Refill in batches: claim when a runner may be idle, or half the window is free;
                 # never while a suspect waits to run alone (or runs).
                 while not w.stopping.is_set() and not (
-                    len(self.held) < self.prefetch
-                    and (not self.buffer or self.prefetch - len(self.held) >= self.prefetch // 2)
+                    self.load < self.prefetch
+                    and (not self.buffer or self.prefetch - self.load >= self.prefetch // 2)
                     and not w.gate.closed
                 ):
                     self.cond.wait(0.5)
-                room = self.prefetch - len(self.held)
+                room = self.prefetch - self.load
             if w.stopping.is_set():
                 break
             try:
@@ -419,22 +427,30 @@ class _QueueLoop:
         w = self.worker
         while True:
             with self.work:
-                while not self.buffer and not w.stopping.is_set():
-                    self.work.wait(0.5)
-                if not self.buffer:
+                while (due := self.room.take_due()) is None and not self.buffer and not w.stopping.is_set():
+                    wait = self.room.next_due()
+                    self.work.wait(0.5 if wait is None else min(0.5, max(wait, 0.001)))
+                if due is None and not self.buffer:
                     return
-                job = self.buffer.popleft()
+                job = self.buffer.popleft() if due is None else due[1]
+            parked = False
             try:
                 if not job.lost:
-                    w.start_job(job)
+                    parked = w.limiter is not None and w.over_limit(job, due)
+                    if not parked and not job.lost:
+                        try:
+                            w.start_job(job)
+                        finally:
+                            w.end_limits(job)
             finally:
-                self.done(job)
+                if not parked:
+                    self.done(job)
 
     def done(self, job: _Job) -> None:
         """The job no longer counts against prefetch (wake the claimer when it may refill)."""
         with self.cond:
             self.held.pop(job.claimed.id, None)
-            if not self.buffer or self.prefetch - len(self.held) >= self.prefetch // 2:
+            if not self.buffer or self.prefetch - self.load >= self.prefetch // 2:
                 self.cond.notify()
 
     def give_back_waiting(self) -> None:
@@ -442,6 +458,9 @@ class _QueueLoop:
         with self.cond:
             waiting = list(self.buffer)
             self.buffer.clear()
+            for job, since in self.room.drain():
+                waiting.append(job)
+                self.worker.parked(job, since)
             for job in waiting:
                 self.held.pop(job.claimed.id, None)
             self.cond.notify_all()
@@ -464,7 +483,10 @@ class _QueueLoop:
             try:
                 self.buffer.remove(job)
             except ValueError:
-                return False
+                since = self.room.remove(job)
+                if since is None:
+                    return False
+                self.worker.parked(job, since)
             self.held.pop(job.claimed.id, None)
             self.cond.notify()
             return True
@@ -563,6 +585,12 @@ class Worker:
         self._m_redelivered = m.counter(names.JOB_REDELIVERIES, "jobs delivered more than once", ("unit",))
         self._m_cancelled = m.counter(
             names.JOB_CANCELLED, "jobs cancelled while a worker held them", ("unit",)
+        )
+        limited = any(limit_of(u.spec) for u in app.units.values() if u.decision.delivery == "queue")
+        self.limiter = (
+            Limiter(url or self.ctx.settings.queue, self.ctx.settings.home, m, lease, self.backend)
+            if limited
+            else None
         )
 
     @property
@@ -681,6 +709,8 @@ class Worker:
             self._async.stop()
         for runner in self._children.values():
             runner.close(5.0)
+        if self.limiter is not None:
+            self.limiter.close()
         self._finished.set()
         release_runtime(self.runtime)
 
@@ -736,6 +766,8 @@ class Worker:
                     self.backend.purge()
                 except BackendError as exc:
                     log.warning("worker %s: purge failed (%s)", self.name, exc)
+            if beat and self.limiter is not None:
+                self.limiter.renew()  # the slots of the jobs it runs live as long as their leases
             for loop in self.loops:
                 with loop.cond:
                     jobs = list(loop.held.values())
@@ -978,6 +1010,63 @@ class Worker:
                     units=[spec for spec in specs if spec.is_async],
                 )
             return self._async
+
+    # -- limits (foundry.deliver.limits) -------------------------------------------------
+
+    def over_limit(self, job: _Job, due: tuple[Scope, _Job, float] | None) -> bool:
+        """Ask for the job's grant under its unit's limits; ``True``: it was refused and
+        waits in its queue loop's parking room (``due``: it comes from there)."""
+        assert self.limiter is not None
+        spec = self._spec(job)
+        limit = limit_of(spec) if spec is not None else None
+        loop, now = job.queue, time.monotonic()
+        if spec is None or limit is None or job.cancelled:  # an unknown unit is dead-lettered; a
+            if due is not None:  # cancelled job ends so when it "starts"
+                with loop.work:
+                    loop.room.answered(due[0], 0.0)
+                self.parked(job, due[2])
+            return False
+        scope, since = (due[0], due[2]) if due is not None else (self.limiter.scope(spec, job.claimed), now)
+        with loop.work:
+            if due is None and loop.room.waiting(scope):  # others of its scope wait: behind them
+                loop.room.park(scope, job, 0.0, since, keep_turn=True)
+                self.limiter.parked(spec.name, 1)
+                loop.cond.notify()
+                return True
+        granted, wait = self.limiter.ask(limit, scope, job.claimed)
+        with loop.work:
+            if granted:
+                loop.room.answered(scope, 0.0)  # the next of its scope may ask now
+                if due is not None:
+                    self.parked(job, since)
+                loop.work.notify()
+                return False
+            if not self.stopping.is_set():
+                loop.room.park(scope, job, wait, since, front=due is not None)
+                if due is None:
+                    self.limiter.parked(spec.name, 1)
+                loop.cond.notify()  # a parked job does not count against prefetch: claim on
+                return True
+            loop.room.answered(scope, 0.0)
+        if due is not None:
+            self.parked(job, since)
+        self.give_back(job)  # stopping: nothing may start any more
+        loop.done(job)
+        return True
+
+    def parked(self, job: _Job, since: float) -> None:
+        """A job leaves the parking room (it runs, goes back or is cancelled)."""
+        if self.limiter is not None:
+            self.limiter.parked(job.claimed.unit, -1)
+            self.limiter.waited(job.claimed.unit, time.monotonic() - since)
+
+    def end_limits(self, job: _Job) -> None:
+        """Give back the job's slot; the jobs of its scope parked here ask at once."""
+        scope = self.limiter.release(job.claimed) if self.limiter is not None else None
+        if scope is not None:
+            with job.queue.work:
+                job.queue.room.wake(scope)
+                job.queue.work.notify()
 
     def start_job(self, job: _Job) -> None:
         """Run a job taken from the buffer: an ordinary one beside the others, a suspect

@@ -47,6 +47,10 @@ JOB_RETRIES = "foundry_job_retries_total"
 JOB_DEAD = "foundry_job_dead_total"
 JOB_REDELIVERIES = "foundry_job_redeliveries_total"
 JOB_CANCELLED = "foundry_job_cancelled_total"  # cancelled while a worker held them
+# Rate limits and concurrency caps (labels: unit; see foundry.deliver.limits)
+LIMIT_WAITING = "foundry_limit_waiting"  # jobs a worker holds that wait for a token or a slot now
+LIMIT_WAIT_SECONDS = "foundry_limit_wait_seconds_total"  # seconds jobs waited on a limit before they started
+LIMIT_REFUSED = "foundry_limit_refused_total"  # labels: unit, limit (rate_limit, max_concurrency)
 # Schedules (labels: unit; see foundry.deliver.scheduler)
 SCHEDULE_TICKS = "foundry_schedule_ticks_total"  # labels: unit, outcome (enqueued, duplicate, skipped, ...)
 SCHEDULE_LATENESS = "foundry_schedule_lateness_seconds"  # tick time to its job's enqueue, by this scheduler
