@@ -17,16 +17,23 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from foundry.backends._records import INT32, Fields
 from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, prefix_range
+from foundry.backends.queue._common import (
+    CANCELS,
+    RECHECK,
+    Signals,
+    finite,
+    job_topic,
+    queue_topic,
+    watch_cancels,
+)
 from foundry.backends.queue._records import (
     CLAIM_FIELDS,
     STATE_FIELDS,
@@ -44,11 +51,12 @@ from foundry.backends.queue.base import (
     JobState,
     NewJob,
     QueueStats,
+    Unclaimed,
+    check_claim,
+    check_fail,
     check_new_job,
-    check_queue_name,
 )
-from foundry.config import safe_url
-from foundry.errors import ConfigError, MalformedRecordError, SubmitError
+from foundry.errors import MalformedRecordError, SubmitError
 
 T = TypeVar("T")
 log = logging.getLogger("foundry.queue")
@@ -86,9 +94,6 @@ _CANCEL_HELD = (
     "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
     "WHERE id = ? AND status = 'running' AND cancel_at IS NOT NULL"
 )
-CANCELS = "cancels"  # the signal topic of a new cancel request (``cancel_requests`` waits on it)
-CANCEL_LOOK = 0.02  # fewest seconds between two looks of ``cancel_requests`` (a busy store wakes it often)
-RECHECK = 1.0  # longest a waiter sleeps without re-reading the store (a lost wake-up costs this)
 _DEAD_TTL = 7 * 86400.0  # how long a malformed record stays in dead letters (its own result_ttl is suspect)
 # Columns added after the first release: (name, SQL type and default), added to older tables on open.
 ADDED_COLUMNS = (
@@ -129,18 +134,6 @@ def _claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
     return (-f.integer("priority", row[13], low=-INT32), f.number("eta", row[14]), int(row[15]))
 
 
-F = TypeVar("F", float, float | None)
-
-
-def finite(value: Any, default: F) -> float | F:
-    """A stored number read where a bad one must not stop anything (``default`` then)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return number if math.isfinite(number) else default
-
-
 def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
     return (
         job.id,
@@ -164,102 +157,16 @@ def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
     )
 
 
-def parse_url(url: str, own: Sequence[str]) -> tuple[SplitResult, dict[str, str], str]:
-    """(parts, query options, table prefix); ``prefix`` must be a plain identifier."""
-    parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    prefix = query.get("prefix", "foundry_")
-    if not prefix.replace("_", "").isalnum() or not (prefix[0].isalpha() or prefix[0] == "_"):
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (a table name "
-            "prefix). Fix: e.g. ?prefix=myapp_"
-        )
-    unknown = [k for k in query if k not in own and k != "prefix"]
-    if unknown and parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}. "
-            f"Fix: use only {', '.join(sorted({*own, 'prefix'}))}"
-        )
-    return parts, query, prefix
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
 
 
-def positive(url: str, query: dict[str, str], name: str, default: float) -> float:
-    raw = query.get(name)
-    if raw is None:
-        return default
+def _integer(value: Any) -> int:
+    """A stored priority; 0 for a malformed one (it only orders broker messages)."""
     try:
-        value = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw.rstrip("s"))
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=8"
-        )
-    return value
-
-
-class Signals:
-    """Wake-ups inside one process: a generation per topic (a queue, or a job id)
-    plus one for "something changed, look again". Waiters read a generation, look at
-    the store, and sleep only if the generation has not moved since — so a change
-    between the look and the sleep is never missed."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._gens: dict[str, int] = {}
-        self._all = 0
-
-    def gen(self, topic: str) -> tuple[int, int]:
-        return (self._all, self._gens.get(topic, 0))
-
-    def bump(self, *topics: str) -> None:
-        with self._cond:
-            for topic in topics:
-                self._gens[topic] = self._gens.get(topic, 0) + 1
-                if len(self._gens) > 100_000:  # job topics of finished jobs: forget them
-                    self._gens.clear()
-                    self._all += 1
-            self._cond.notify_all()
-
-    def bump_all(self) -> None:
-        with self._cond:
-            self._all += 1
-            self._cond.notify_all()
-
-    def wait(self, topic: str, since: tuple[int, int], timeout: float) -> bool:
-        """Sleep until ``topic`` (or everything) moved past ``since``; ``False`` on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
-
-
-def watch_cancels(
-    signals: Signals, look: Callable[[], list[str]], timeout: float, closed: Callable[[], bool]
-) -> list[str]:
-    """The loop of every engine's ``cancel_requests``: ``look()`` at the store, and until
-    it finds something (or ``timeout``, or ``closed()``) sleep until a cancel request is
-    signalled (``CANCELS``), looking again at least every ``RECHECK`` s. A wake-up that is
-    not about a cancel (SQLite's "another process committed") looks again no sooner than
-    ``CANCEL_LOOK`` s after the last look: a busy store must not turn this into a busy loop."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    while True:
-        since = signals.gen(CANCELS)
-        looked = time.monotonic()
-        found = look()
-        left = deadline - time.monotonic()
-        if found or left <= 0 or closed():
-            return found
-        signals.wait(CANCELS, since, min(left, RECHECK))
-        pause = CANCEL_LOOK - (time.monotonic() - looked)
-        if pause > 0 and signals.gen(CANCELS)[1] == since[1]:
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-
-
-def job_topic(job_id: str) -> str:
-    return "job:" + job_id
-
-
-def queue_topic(queue: str) -> str:
-    return "queue:" + queue
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 class SqlQueue(SqlEngine):
@@ -478,13 +385,7 @@ class SqlQueue(SqlEngine):
         return nxt <= now, nxt
 
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
-        check_queue_name(queue)
-        if not lease > 0 or not math.isfinite(lease):
-            raise SubmitError(
-                f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds"
-            )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
+        check_claim(queue, lease, limit)
         deadline = time.monotonic() + max(0.0, timeout)
         topic = queue_topic(queue)
         with self._watch():
@@ -586,10 +487,7 @@ class SqlQueue(SqlEngine):
         dead_reason: str | None = None,
     ) -> bool:
         now = self._now()
-        if retry_at is not None and dead_reason is not None:
-            raise SubmitError(
-                f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
-            )
+        check_fail(job_id, retry_at, dead_reason)
         if retry_at is not None:
             sql = (
                 "UPDATE {jobs} SET status = 'queued', eta = ?, error = ?, attempts = attempts + 1, "
@@ -848,3 +746,99 @@ class SqlQueue(SqlEngine):
             ),
             lambda _: (),
         )
+
+    # -- the AMQP engine's state store (base.StateStore; see amqp.py) ----------------------
+
+    def claim_ids(
+        self, queue: str, ids: Sequence[str], worker: str, lease: float
+    ) -> tuple[list[Claimed], list[Unclaimed]]:
+        now = time.time()
+        token = uuid.uuid4().hex
+
+        def body(conn: Any) -> tuple[list[Any], list[Unclaimed]]:
+            rows = self._all(
+                conn,
+                "UPDATE {jobs} SET status = 'running', token = ?, worker = ?, lease_until = ?, "
+                "deliveries = deliveries + 1, started_at = ? WHERE id IN (" + _marks(len(ids)) + ") "
+                # (queue || '') keeps SQLite's planner on the id index: on ``queue = ?`` it
+                # picks the ready index and scans every queued job of the queue per claim.
+                f"AND (queue || '') = ? AND status = 'queued' AND eta <= ? RETURNING {CLAIM_COLS}",
+                (token, worker, now + lease, now, *ids, queue, now),
+            )
+            got = {r[0] for r in rows}
+            claimed = self._lease_rows(conn, rows, now)
+            rest = [i for i in ids if i not in got]
+            if not rest:
+                return claimed, []
+            found = {
+                r[0]: r
+                for r in self._all(
+                    conn,
+                    "SELECT id, status, eta, priority FROM {jobs} WHERE id IN (" + _marks(len(rest)) + ")",
+                    rest,
+                )
+            }
+            others: list[Unclaimed] = [
+                (i, str(found[i][1]), finite(found[i][2], None), _integer(found[i][3]))
+                if i in found
+                else (i, "", None, 0)
+                for i in rest
+            ]
+            return claimed, others
+
+        return self._commit(body, lambda _: ())
+
+    def reap(self, queue: str) -> list[tuple[str, int]]:
+        now = time.time()
+
+        def body(conn: Any) -> tuple[list[tuple[str, int]], list[str]]:
+            rows = self._all(
+                conn,
+                "SELECT id, priority FROM {jobs} WHERE queue = ? AND status = 'running' AND "
+                "lease_until <= ? ORDER BY lease_until LIMIT 500{skip}",
+                (queue, now),
+            )
+            if not rows:
+                return [], []
+            self._recover_lapsed(conn, queue, now)
+            ids = [r[0] for r in rows]
+            status = dict(
+                self._all(conn, "SELECT id, status FROM {jobs} WHERE id IN (" + _marks(len(ids)) + ")", ids)
+            )
+            back = [(str(r[0]), _integer(r[1])) for r in rows if status.get(r[0]) == "queued"]
+            return back, [i for i in ids if status.get(i) in ("dead", "cancelled")]
+
+        back, _dead = self._commit(body, lambda v: [job_topic(str(i)) for i in v[1]])
+        return back
+
+    def next_deadline(self, queue: str) -> float | None:
+        row = self._query(
+            lambda conn: self._one(
+                conn, "SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running'", (queue,)
+            )
+        )
+        return None if row is None else finite(row[0], None)
+
+    def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
+        rows = self._query(
+            lambda conn: self._all(
+                conn,
+                "SELECT id, priority FROM {jobs} WHERE queue = ? AND status = 'queued' AND eta <= ? "
+                "ORDER BY priority DESC, eta, seq LIMIT ?",
+                (queue, before, limit),
+            )
+        )
+        return [(str(r[0]), _integer(r[1])) for r in rows]
+
+    def queues(self) -> list[str]:
+        rows = self._query(lambda conn: self._all(conn, "SELECT DISTINCT queue FROM {jobs}"))
+        return sorted(str(r[0]) for r in rows)
+
+    def destroy(self) -> None:
+        schedules = self.table.removesuffix("jobs") + "schedules"  # foundry.backends.queue.schedules
+
+        def drop(conn: Any) -> None:
+            self._run(conn, "DROP TABLE IF EXISTS {jobs}")
+            self._run(conn, f"DROP TABLE IF EXISTS {schedules}")
+
+        self._commit(drop, lambda _: ())

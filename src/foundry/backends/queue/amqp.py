@@ -76,10 +76,16 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from foundry.backends._urls import AMQP_TLS, ShowsUrl, refused_certificate, safe_url, tls_options
+from foundry.backends._urls import (
+    AMQP_TLS,
+    ShowsUrl,
+    refused_certificate,
+    safe_url,
+    seconds_option,
+    tls_options,
+)
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
-from foundry.backends.queue._sql import positive
 from foundry.backends.queue.base import (
     CancelResult,
     Capabilities,
@@ -90,8 +96,9 @@ from foundry.backends.queue.base import (
     JobStatus,
     NewJob,
     QueueStats,
+    check_claim,
+    check_fail,
 )
-from foundry.backends.queue.redis import check_claim
 from foundry.config import resolve_home
 from foundry.errors import BackendUnavailableError, ConfigError
 
@@ -149,12 +156,12 @@ class AmqpQueue(ShowsUrl):
                 f"queue URL {shown!r}: prefix={self.prefix!r} must be 1-100 characters without spaces or "
                 "dots. Fix: e.g. ?prefix=myapp"
             )
-        self.max_priority = int(positive(shown, query, "max_priority", 10))
+        self.max_priority = int(seconds_option("queue", shown, query, "max_priority", 10))
         if not 1 <= self.max_priority <= 255:
             raise ConfigError(f"queue URL {shown!r}: max_priority must be 1..255. Fix: e.g. max_priority=10")
-        reconnect = positive(shown, query, "reconnect", 15.0)
-        linger = positive(shown, query, "linger", 1.0)
-        self.orphan_after = positive(shown, query, "orphan_after", 30.0)
+        reconnect = seconds_option("queue", shown, query, "reconnect", 15.0)
+        linger = seconds_option("queue", shown, query, "linger", 1.0)
+        self.orphan_after = seconds_option("queue", shown, query, "orphan_after", 30.0)
         state_url = query.get("state")
         self._own_state: Path | None = None
         if not state_url:
@@ -343,6 +350,7 @@ class AmqpQueue(ShowsUrl):
         retry_at: float | None = None,
         dead_reason: str | None = None,
     ) -> bool:
+        check_fail(job_id, retry_at, dead_reason)
         ok = self.state.fail(job_id, token, error, retry_at=retry_at, dead_reason=dead_reason)
         if ok and retry_at is not None:
             self._announce_state(job_id, retry_at)

@@ -34,14 +34,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres
+import psycopg
+
+from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres, parse_sql_url
+from foundry.backends._urls import seconds_option
 from foundry.backends.queue._sql import (
     ADDED_COLUMNS,
     INSERT_COLS,
     SqlQueue,
     insert_params,
-    parse_url,
-    positive,
 )
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.config import safe_url
@@ -109,14 +110,8 @@ class PostgresQueue(SqlQueue):
     placeholder: ClassVar[str] = "%s"
 
     def __init__(self, url: str) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError(
-                f'queue URL {safe_url(url)!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
-            ) from exc
         self._psycopg = psycopg
-        parts, query, prefix = parse_url(url, _OWN_OPTIONS)
+        parts, query, prefix = parse_sql_url("queue", url, _OWN_OPTIONS)
         super().__init__(url, prefix=prefix)
         self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
@@ -134,7 +129,7 @@ class PostgresQueue(SqlQueue):
             SESSION_SETTINGS,
         )
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
-        self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
+        self._pool = self._pg.pool(int(seconds_option("queue", url, query, "pool", 16)))
         self._listener = PgListener(
             self._pg,
             self.channel,

@@ -14,7 +14,8 @@ URL: ``redis://[user:password@]host:6379/0``, or ``rediss://…`` for TLS, with 
   (``foundry.backends._urls``). A refused server certificate is a
   :class:`~foundry.errors.ConfigError` at once, not a retry.
 
-**What it keeps and how** (key layout in ``_redis_scripts``): a job is a hash; the
+**What it keeps and how** (the key layout is in ``redis_lua/_prelude.lua``, beside one
+``.lua`` file per script): a job is a hash; the
 claimable jobs of a queue are a sorted set ordered by priority, then eta, then enqueue
 order; delayed jobs and scheduled retries wait in a second sorted set scored by eta;
 leases are a third, scored by deadline. ``claim`` is one script that puts lapsed
@@ -56,13 +57,23 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from foundry.backends._lua import lua_scripts
 from foundry.backends._urls import (
     REDIS_PASSED,
     REDIS_TLS,
     ShowsUrl,
     refused_certificate,
     safe_url,
+    seconds_option,
     tls_options,
+)
+from foundry.backends.queue._common import (
+    CANCELS,
+    RECHECK,
+    Signals,
+    finite,
+    job_topic,
+    watch_cancels,
 )
 from foundry.backends.queue._records import (
     STATE_FIELDS,
@@ -70,16 +81,6 @@ from foundry.backends.queue._records import (
     decode_claimed,
     decode_state,
     encode_progress,
-)
-from foundry.backends.queue._redis_scripts import SCRIPTS
-from foundry.backends.queue._sql import (
-    CANCELS,
-    RECHECK,
-    Signals,
-    finite,
-    job_topic,
-    positive,
-    watch_cancels,
 )
 from foundry.backends.queue.base import (
     CancelResult,
@@ -91,15 +92,15 @@ from foundry.backends.queue.base import (
     JobStatus,
     NewJob,
     QueueStats,
+    check_claim,
+    check_fail,
     check_new_job,
-    check_queue_name,
 )
 from foundry.errors import (
     BackendError,
     BackendUnavailableError,
     ConfigError,
     MalformedRecordError,
-    SubmitError,
 )
 
 __all__ = ["RedisQueue", "claimed_from_reply", "state_from_hash"]
@@ -310,8 +311,8 @@ class RedisQueue(ShowsUrl):
                 "Fix: e.g. ?prefix=myapp"
             )
         self.prefix = prefix + ":"
-        self._reconnect = positive(safe_url(url), query, "reconnect", 15.0)
-        timeout = positive(safe_url(url), query, "socket_timeout", 10.0)
+        self._reconnect = seconds_option("queue", safe_url(url), query, "reconnect", 15.0)
+        timeout = seconds_option("queue", safe_url(url), query, "socket_timeout", 10.0)
         passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"} | tls
         base = urlunsplit(parts._replace(query=urlencode(passed)))
         kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
@@ -320,7 +321,8 @@ class RedisQueue(ShowsUrl):
             self._blocking = redis.Redis.from_url(base, socket_timeout=_BLOCK_MAX + timeout, **kwargs)
         except ValueError as exc:
             raise ConfigError(f"queue URL {safe_url(url)!r}: {exc}. Fix: correct the URL") from exc
-        self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+        scripts = lua_scripts(__package__ or "foundry.backends.queue", "redis_lua")
+        self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._closed = False
         self._free: list[Any] = []  # idle direct connections (see _direct)
         self._conns: list[Any] = []  # every direct connection, closed by close()
@@ -550,10 +552,7 @@ class RedisQueue(ShowsUrl):
         retry_at: float | None = None,
         dead_reason: str | None = None,
     ) -> bool:
-        if retry_at is not None and dead_reason is not None:
-            raise SubmitError(
-                f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
-            )
+        check_fail(job_id, retry_at, dead_reason)
         mode = "retry" if retry_at is not None else "dead" if dead_reason is not None else "failed"
         args = [
             _num(time.time()),
@@ -787,15 +786,6 @@ def _pack(command: Sequence[Any]) -> list[bytes | bytearray | memoryview]:
             parts.append(b"$%d\r\n%b\r\n" % (len(data), bytes(data)))
     out.append(b"".join(parts))
     return out
-
-
-def check_claim(queue: str, lease: float, limit: int) -> None:
-    """Refuse a claim no engine could serve, naming the field and the fix."""
-    check_queue_name(queue)
-    if not isinstance(lease, int | float) or not lease > 0 or not math.isfinite(lease):
-        raise SubmitError(f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
 
 
 def _glob_escape(text: str) -> str:
