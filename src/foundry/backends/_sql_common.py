@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
 from foundry.backends._pool import Pool
-from foundry.backends._urls import ShowsUrl, query_options
+from foundry.backends._urls import ShowsUrl, query_options, url_options
 from foundry.config import safe_url, sqlite_path
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, StorageError
 
@@ -154,18 +154,15 @@ def parse_sql_url(
     letters, digits and ``_``, not starting with a digit. With ``own``, an option outside
     it (and ``prefix``) is refused, except on PostgreSQL, which hands the rest to libpq."""
     parts = urlsplit(url)
-    query = query_options(url)
+    if own is None or parts.scheme.lower() in ("postgresql", "postgres"):  # libpq takes the rest
+        query = query_options(url)
+    else:
+        query = url_options(family, url, sorted({*own, "prefix"}))
     prefix = query.get("prefix", "foundry_")
     if not _TABLE_PREFIX.fullmatch(prefix):
         raise ConfigError(
             f"{family} URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _, not "
             "starting with a digit (a table name prefix). Fix: e.g. ?prefix=myapp_"
-        )
-    unknown = sorted(k for k in query if k != "prefix" and own is not None and k not in own)
-    if unknown and parts.scheme.lower() not in ("postgresql", "postgres"):
-        raise ConfigError(
-            f"{family} URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
-            f"Fix: use only {', '.join(sorted({*(own or ()), 'prefix'}))}"
         )
     return parts, query, prefix
 

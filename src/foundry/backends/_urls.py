@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from foundry.config import safe_url  # re-exported: the engines import it from here
@@ -43,6 +43,7 @@ __all__ = [
     "safe_url",
     "seconds_option",
     "tls_options",
+    "url_options",
 ]
 
 
@@ -66,6 +67,20 @@ class ShowsUrl:
 def query_options(url: str) -> dict[str, str]:
     """A URL's query options, the last one winning when an option is given twice."""
     return {k: v[-1] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+def url_options(family: str, url: str, *allowed: Iterable[str]) -> dict[str, str]:
+    """``url``'s query options (:func:`query_options`), refusing one outside ``allowed``
+    (the engine's own, those it passes to its driver, its TLS ones) with the whole list."""
+    query = query_options(url)
+    known = [name for names in allowed for name in names]
+    unknown = sorted(k for k in query if k not in known)
+    if unknown:
+        raise ConfigError(
+            f"{family} URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
+            f"Fix: use only {', '.join(known)}"
+        )
+    return query
 
 
 def seconds_option(family: str, url: str, query: Mapping[str, str], name: str, default: float) -> float:

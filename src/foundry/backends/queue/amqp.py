@@ -74,7 +74,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from foundry.backends._urls import (
     AMQP_TLS,
@@ -83,6 +83,7 @@ from foundry.backends._urls import (
     safe_url,
     seconds_option,
     tls_options,
+    url_options,
 )
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
@@ -142,13 +143,7 @@ class AmqpQueue(ShowsUrl):
         self._url = url  # to connect with; everything shown uses ``url`` (masked)
         shown = safe_url(url)
         parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in AMQP_TLS)
-        if unknown:
-            raise ConfigError(
-                f"queue URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join((*_OWN, *_PASSED, *AMQP_TLS))}"
-            )
+        query = url_options("queue", url, _OWN, _PASSED, AMQP_TLS)
         tls = tls_options("queue", url, query, AMQP_TLS)
         self.prefix = query.get("prefix", "foundry")
         if not self.prefix or len(self.prefix) > 100 or any(c.isspace() or c == "." for c in self.prefix):

@@ -148,21 +148,21 @@ class PostgresQueue(SqlQueue):
     # the text format sends it as hex, twice the size, decoded in a third copy. libpq keeps
     # its buffers at the largest size they ever held, so a connection that carried a large
     # payload or result is closed after use instead of keeping that much memory in the pool.
-    def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    def fetch_one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         self._weigh(conn, params)
         row = conn.execute(self._sql(sql), params, binary=True).fetchone()
         if row is not None:
             self._weigh(conn, row)
         return row
 
-    def _all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def fetch_all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self._weigh(conn, params)
         rows = list(conn.execute(self._sql(sql), params, binary=True).fetchall())
         for row in rows:
             self._weigh(conn, row)
         return rows
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+    def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         self._weigh(conn, params)
         return int(conn.execute(self._sql(sql), params).rowcount)
 
@@ -210,7 +210,7 @@ class PostgresQueue(SqlQueue):
     def _read(self) -> AbstractContextManager[Any]:
         return self._pool.connection()
 
-    def _query(self, fn: Callable[[Any], T]) -> T:
+    def query(self, fn: Callable[[Any], T]) -> T:
         # Reads are idempotent: one retry on a fresh connection hides a dead idle one.
         for attempt in range(2):
             try:

@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -66,6 +66,7 @@ from foundry.backends._urls import (
     safe_url,
     seconds_option,
     tls_options,
+    url_options,
 )
 from foundry.backends.queue._common import (
     CANCELS,
@@ -291,13 +292,7 @@ class RedisQueue(ShowsUrl):
     def __init__(self, url: str) -> None:
         self._url = url  # to connect with; everything shown uses ``url`` (masked)
         parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in REDIS_TLS)
-        if unknown:
-            raise ConfigError(
-                f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join((*_OWN, *_PASSED, *REDIS_TLS))}"
-            )
+        query = url_options("queue", url, _OWN, _PASSED, REDIS_TLS)
         tls = tls_options("queue", url, query, REDIS_TLS)
         self._tls_hint = (
             " (a server that requires TLS drops redis:// connections: use rediss://)"
@@ -332,14 +327,14 @@ class RedisQueue(ShowsUrl):
         self.signals = _Signals(self._kick)
         self._listener = _Listener(self)
         try:
-            self._call("connect", self.client.ping, within=min(self._reconnect, 3.0))
+            self.call("connect", self.client.ping, within=min(self._reconnect, 3.0))
         except BaseException:
             self.close()
             raise
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
+    def call(self, what: str, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
         """Run one Redis call; retry with back-off while Redis is unreachable, for at
         most ``reconnect`` seconds, then raise :class:`BackendUnavailableError`."""
         deadline: float | None = None
@@ -376,7 +371,7 @@ class RedisQueue(ShowsUrl):
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
         script = self._scripts[name]
-        return self._call(
+        return self.call(
             name, functools.partial(self._direct, script=script), "EVALSHA", script.sha, 0, self.prefix, *args
         )
 
@@ -465,7 +460,7 @@ class RedisQueue(ShowsUrl):
                 script(keys=[], args=[self.prefix, *self._enqueue_args(job, now)], client=pipe)
             return list(pipe.execute())
 
-        return [Enqueued(_text(i), bool(c)) for c, i in self._call("enqueue_many", run)]
+        return [Enqueued(_text(i), bool(c)) for c, i in self.call("enqueue_many", run)]
 
     # -- claim -----------------------------------------------------------------------
 
@@ -494,7 +489,7 @@ class RedisQueue(ShowsUrl):
             if due <= 0:
                 continue  # more lapsed or due jobs than one script handles: go again now
             with self._blocking_on(queue):
-                self._call("claim", self._blocking.blpop, [wake], block)
+                self.call("claim", self._blocking.blpop, [wake], block)
 
     def _decode_leased(self, rows: Sequence[Any], queue: str, token: str, until: float) -> list[Claimed]:
         """The leased rows as jobs; one the scripts let through but Python cannot decode
@@ -584,7 +579,7 @@ class RedisQueue(ShowsUrl):
             return list(pipe.execute())
 
         def look() -> list[str]:
-            rows = self._call("cancel_requests", read)
+            rows = self.call("cancel_requests", read)
             return [
                 job_id
                 for job_id, (status, at) in zip(ids, rows, strict=True)
@@ -607,7 +602,7 @@ class RedisQueue(ShowsUrl):
             return list(pipe.execute())
 
         out: list[JobState] = []
-        for job_id, values in zip(ids, self._call("get", run), strict=True):
+        for job_id, values in zip(ids, self.call("get", run), strict=True):
             try:
                 state = state_from_hash(job_id, values)
             except MalformedRecordError as exc:  # one bad record must not hide every other job
@@ -618,11 +613,11 @@ class RedisQueue(ShowsUrl):
         return out
 
     def get(self, job_id: str) -> JobState | None:
-        values = self._call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
+        values = self.call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
         return state_from_hash(job_id, values)
 
     def find(self, key: str) -> JobState | None:
-        job_id = self._call("find", self.client.get, self._key("k", key))
+        job_id = self.call("find", self.client.get, self._key("k", key))
         return None if job_id is None else self.get(_text(job_id))
 
     def wait(self, job_id: str, timeout: float) -> JobState | None:
@@ -631,7 +626,7 @@ class RedisQueue(ShowsUrl):
         with self._listener.watching():
             while True:
                 since = self.signals.gen(topic)
-                values = self._call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
+                values = self.call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
                 state = state_from_hash(job_id, values, _WAIT_FIELDS)
                 left = deadline - time.monotonic()
                 if state is None or state.status in _FINISHED or left <= 0 or self._closed:
@@ -640,7 +635,7 @@ class RedisQueue(ShowsUrl):
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobState]:
         key = self._key("dead") if queue is None else self._key("q", queue, "dead")
-        ids = [_text(i) for i in self._call("dead_letters", self.client.zrevrange, key, 0, max(0, limit - 1))]
+        ids = [_text(i) for i in self.call("dead_letters", self.client.zrevrange, key, 0, max(0, limit - 1))]
         return self._get_many(ids)
 
     def requeue(self, job_id: str) -> bool:
@@ -680,7 +675,7 @@ class RedisQueue(ShowsUrl):
         head = len(self.prefix) + 2
         pattern = _glob_escape(self.prefix) + "j:" + _glob_escape(prefix) + "*"
         while len(found) < limit:
-            cursor, keys = self._call("ids_starting", self.client.scan, cursor, pattern, 500)
+            cursor, keys = self.call("ids_starting", self.client.scan, cursor, pattern, 500)
             found.update(_text(k, "replace")[head:] for k in keys)
             if cursor == 0:
                 break
@@ -692,7 +687,7 @@ class RedisQueue(ShowsUrl):
         cursor = 0
         pattern = _glob_escape(self.prefix) + "j:*"
         while len(out) < limit:
-            cursor, keys = self._call("jobs", self.client.scan, cursor, pattern, 500)
+            cursor, keys = self.call("jobs", self.client.scan, cursor, pattern, 500)
             ids = [_text(k)[len(self.prefix) + 2 :] for k in keys]
             for state in self._get_many(ids):
                 if (queue is None or state.queue == queue) and (status is None or state.status == status):
@@ -725,19 +720,19 @@ class RedisQueue(ShowsUrl):
 
     def next_deadline(self, queue: str) -> float | None:
         """The earliest lease deadline in ``queue`` (``None`` when nothing is leased)."""
-        first = self._call(
+        first = self.call(
             "next_deadline", self.client.zrange, self._key("q", queue, "lease"), 0, 0, True, True
         )
         return float(first[0][1]) if first else None
 
     def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
         """Queued jobs due before ``before``: ``(id, priority)``, best first."""
-        ready = self._call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
+        ready = self.call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
         states = self._get_many([_text(m, "replace")[29:] for m in ready])
         return [(s.id, s.priority) for s in states if s.status is JobStatus.QUEUED and (s.eta or 0) <= before]
 
     def queues(self) -> list[str]:
-        return sorted(_text(q) for q in self._call("queues", self.client.smembers, self._key("queues")))
+        return sorted(_text(q) for q in self.call("queues", self.client.smembers, self._key("queues")))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -749,7 +744,7 @@ class RedisQueue(ShowsUrl):
             for batch in _batched(self.client.scan_iter(match=pattern, count=1000), 500):
                 self.client.unlink(*batch)
 
-        self._call("destroy", run)
+        self.call("destroy", run)
 
     def close(self) -> None:
         if self._closed:

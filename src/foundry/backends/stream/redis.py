@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
@@ -61,6 +61,7 @@ from foundry.backends._urls import (
     refused_certificate,
     safe_url,
     tls_options,
+    url_options,
 )
 from foundry.backends.stream._common import (
     CheckedRead,
@@ -106,13 +107,7 @@ def _parse(url: str) -> tuple[str, str]:
     """The redis-py URL (the options it takes, TLS ones checked) and the key prefix."""
     shown = safe_url(url)
     parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    unknown = sorted(k for k in query if k != "prefix" and k not in _PASSED and k not in REDIS_TLS)
-    if unknown:
-        raise ConfigError(
-            f"stream URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
-            f"Fix: use only {', '.join(('prefix', *_PASSED, *REDIS_TLS))}"
-        )
+    query = url_options("stream", url, ("prefix",), _PASSED, REDIS_TLS)
     tls_options("stream", url, query, REDIS_TLS)
     prefix = query.pop("prefix", "foundry:stream")
     if not prefix or "{" in prefix or "}" in prefix:
