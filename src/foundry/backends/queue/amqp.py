@@ -120,8 +120,7 @@ class _Signals:
 
     def bump_all(self) -> None:
         q = self._queue
-        for consumer in list(q.client._consumers.values()):
-            consumer.kick()
+        q.client.kick_consumers()
         bump = getattr(getattr(q.state, "signals", None), "bump_all", None)
         if callable(bump):
             bump()
