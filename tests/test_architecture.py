@@ -106,3 +106,177 @@ def test_nothing_imports_the_integrations() -> None:
             continue
         bad = {m for m in _imports(path) if m.startswith("foundry.integrations")}
         assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}: integrations sit above the app"
+
+
+# -- backends/: engines are siblings ------------------------------------------------------
+#
+# Every family (queue, stream, journal, pool, cluster) has one shape: ``base.py`` (the
+# Protocol and its contract checks), ``_common.py`` and other ``_`` helpers the engines
+# share, and one module per engine, registered by name in the family's ``__init__``
+# (``foundry.backends._registry``). The rules below say what may import what; each test
+# lists every offending import, so a new engine that breaks one is told which line.
+
+FAMILIES = ("queue", "stream", "journal", "pool", "cluster")
+SQL_ENGINES = {"sqlite", "postgres"}  # the engines a family's ``_sql`` helper serves
+# foundry's leaf modules, which a backend may use (nothing above them: no runtime, no app)
+LEAVES = {
+    "foundry.config",
+    "foundry.errors",
+    "foundry.handle",
+    "foundry.payload",
+    "foundry.serialize",
+    "foundry.tracecontext",
+    "foundry.traits",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_of(path: Path) -> str:
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+
+def _imported(path: Path, *, type_checking: bool = True) -> list[tuple[str, str | None]]:
+    """``(module, name or None)`` of every foundry import in ``path``, inside functions
+    too; without ``type_checking``, not those under ``if TYPE_CHECKING:`` (a type only:
+    nothing runs)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped: set[int] = set()
+    if not type_checking:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.extend((node.module, alias.name) for alias in node.names)
+    return [(m, n) for m, n in found if m == "foundry" or m.startswith("foundry.")]
+
+
+def _engines(family: str) -> set[str]:
+    """The engine modules a family registers (``{"sqlite", "redis", …}``)."""
+    import importlib
+    import importlib.util
+
+    from foundry.backends._registry import Registry
+
+    package = importlib.import_module(f"foundry.backends.{family}")
+    registries = [v for v in vars(package).values() if isinstance(v, Registry)]
+    assert registries, f"backends/{family}/__init__.py registers no engines (a Registry)"
+    return {
+        importlib.util.resolve_name(e.module, r.package).split(".")[3]
+        for r in registries
+        for e in r.engines().values()
+    }
+
+
+def _owner(family: str, module: str, engines: set[str]) -> str | None:
+    """The engine a module of ``family`` belongs to (``foundry.backends.queue.amqp``,
+    ``….queue._amqp_client`` and a package ``….queue.amqp.*``: ``amqp``), or ``None``
+    for the family's shared modules (``base``, ``_common``, ``_sql``, ``__init__``…)."""
+    parts = module.split(".")
+    if len(parts) < 4:
+        return None
+    head = parts[3]
+    for engine in engines:
+        if head == engine or head.startswith(f"_{engine}_"):
+            return engine
+    return None
+
+
+def _backend_violations() -> list[str]:
+    out: list[str] = []
+    for family in FAMILIES:
+        engines = _engines(family)
+        prefix = f"foundry.backends.{family}"
+        for path in _layer(f"backends/{family}"):
+            me = _module_name(path)
+            mine = _owner(family, me, engines)
+            who = f"engine {mine!r}" if mine else "a shared module"
+            for target, _name in _imported(path):
+                if target.startswith("foundry.backends."):
+                    other_family = target.split(".")[2]
+                    if other_family != family and not other_family.startswith("_"):
+                        out.append(f"{me} -> {target}: a family never imports another family")
+                        continue
+                    if not target.startswith(prefix):
+                        continue  # backends/_* plumbing: allowed to all
+                    theirs = _owner(family, target, engines)
+                    if theirs is not None and theirs != mine:
+                        out.append(
+                            f"{me} -> {target}: {who} imports engine {theirs!r} "
+                            "(move the shared helper down into the family's _common or base)"
+                        )
+                    if target == f"{prefix}._sql" and mine is not None and mine not in SQL_ENGINES:
+                        out.append(f"{me} -> {target}: _sql serves the SQL engines only (use _common)")
+                elif target.startswith("foundry.") and target not in LEAVES and target != "foundry":
+                    out.append(f"{me} -> {target}: backends use only foundry's leaf modules {sorted(LEAVES)}")
+    for path in sorted((SRC / "backends").glob("_*.py")):
+        me = _module_name(path)
+        for target, _name in _imported(path):
+            if target.split(".")[2:3] and target.split(".")[2] in FAMILIES:
+                out.append(f"{me} -> {target}: backends/_* plumbing sits below the families")
+    return out
+
+
+def test_engines_are_siblings_that_never_import_each_other() -> None:
+    """Rules, each with the fix it asks for:
+
+    1. an engine (its module, its ``_<engine>_*`` modules) imports, from backends/, only
+       its family's shared modules (``base``, ``_common``, other ``_`` helpers, the
+       family's registry) and ``backends/_*``: never a sibling engine;
+    2. a family's ``_sql`` helper serves its SQL engines (sqlite, postgres) only;
+    3. a family never imports another family; ``backends/_*`` imports no family;
+    4. a family's shared modules import no engine (that would load its driver);
+    5. outside backends/, a backend imports only foundry's leaf modules (``LEAVES``).
+    """
+    violations = _backend_violations()
+    assert not violations, "backend imports that break the rules:\n  " + "\n  ".join(violations)
+
+
+def test_every_family_has_the_same_shape() -> None:
+    # __init__.py holds the registry (checked by _engines), base.py the Protocol and the
+    # contract checks; _common.py is there where engines share helpers (journal's two
+    # engines share _sql.py and _records.py)
+    missing = [
+        f"backends/{family}/{name}"
+        for family in FAMILIES
+        for name in ("__init__.py", "base.py")
+        if not (SRC / "backends" / family / name).is_file()
+    ]
+    assert not missing, f"every family has __init__.py (its registry) and base.py: {missing}"
+    for family in FAMILIES:
+        assert _engines(family), family
+
+
+def test_nothing_imports_another_packages_private_names() -> None:
+    """A ``_private`` module or name belongs to the package it is in: only modules of that
+    package (and its subpackages) import it. (An import under ``if TYPE_CHECKING:`` names
+    a type and runs nothing: not counted.)"""
+    out: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        me, package = _module_name(path), _package_of(path)
+        for target, name in _imported(path, type_checking=False):
+            parts = target.split(".")
+            private = next(
+                (i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None
+            )
+            if private is not None:
+                owner = ".".join(parts[:private])
+            elif name is not None and name.startswith("_") and not name.startswith("__"):
+                is_package = (SRC.parent / Path(*parts) / "__init__.py").is_file()
+                owner = target if is_package else target.rsplit(".", 1)[0]
+            else:
+                continue
+            if package != owner and not package.startswith(owner + "."):
+                shown = f"{target}.{name}" if private is None else target
+                out.append(f"{me} -> {shown}: private to {owner}")
+    assert not out, "imports of another package's private names:\n  " + "\n  ".join(out)

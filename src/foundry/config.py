@@ -46,6 +46,7 @@ __all__ = [
     "parse_watchdog",
     "resolve_home",
     "safe_url",
+    "sqlite_path",
     "unknown_argument_error",
     "watchdog_setting",
 ]
@@ -271,6 +272,13 @@ def _find_project(start: Path) -> _Project | None:
         if tool is not None:
             return _Project(folder, pyproject, tool)
     return None if root is None else _Project(root, None, {})
+
+
+def sqlite_path(url: str) -> str:
+    """The file a ``sqlite:///`` URL names: relative (``sqlite:///q.db``), or absolute
+    with four slashes (``sqlite:////var/lib/q.db``); ``""`` when it names none."""
+    raw = url.split("?", 1)[0][len("sqlite://") :]
+    return raw[1:] if raw.startswith("/") else raw
 
 
 def _relative_to(folder: Path, url: str) -> str:

@@ -36,11 +36,11 @@ def rewrite_job(backend: Any, job_id: str, **columns: Any) -> None:
     if state is not None:  # RabbitMQ: the job's record lives in the state store
         rewrite_job(state, job_id, **columns)
         return
-    if hasattr(backend, "_write") and hasattr(backend, "_run"):  # SQLite, PostgreSQL
+    if hasattr(backend, "_write") and hasattr(backend, "execute"):  # SQLite, PostgreSQL
         sets = ", ".join(f"{name} = ?" for name in columns)
         params = [*columns.values(), job_id]
         changed = backend._write(
-            lambda conn: backend._run(conn, f"UPDATE {{jobs}} SET {sets} WHERE id = ?", params)
+            lambda conn: backend.execute(conn, f"UPDATE {{jobs}} SET {sets} WHERE id = ?", params)
         )
         assert changed == 1, f"job {job_id} not found to rewrite"
         return

@@ -90,7 +90,7 @@ def _write_garbage(backend: Any, store: Any) -> None:
         return
     sql = f"INSERT INTO {store.table} VALUES (?, ?, ?, ?, ?, ?)"
     forged = ("forged", "x", "UTC", float("inf"), "j", 0.0)  # no tick is at infinity
-    store._q._commit(lambda conn: store._q._run(conn, sql, forged), lambda _: ())
+    store._q.commit(lambda conn: store._q.execute(conn, sql, forged), lambda _: ())
 
 
 def test_a_record_that_is_not_foundrys_is_skipped(open_backend: Callable[[], QueueBackend]) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from foundry.backends._pool import Pool
 from foundry.backends.journal import JournalBackend, open_journal
-from foundry.backends.journal._pool import Pool
 from foundry.backends.journal.base import NewWorkflow
 from foundry.errors import BackendUnavailableError
 from tests.workflows.conftest import drop_schema, make_url

@@ -17,16 +17,17 @@ import errno
 import functools
 import logging
 import os
+import re
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import SplitResult, urlencode, urlunsplit
+from urllib.parse import SplitResult, urlencode, urlsplit, urlunsplit
 
-from foundry.backends._urls import ShowsUrl
-from foundry.backends.journal._pool import Pool
-from foundry.config import safe_url
+from foundry.backends._pool import Pool
+from foundry.backends._urls import ShowsUrl, query_options, url_options
+from foundry.config import safe_url, sqlite_path
 from foundry.errors import BackendError, BackendUnavailableError, ConfigError, StorageError
 
 C = TypeVar("C")
@@ -142,11 +143,47 @@ def storage_error(exc: BaseException, what: str, path: str | None) -> StorageErr
     return None
 
 
-def sqlite_path(url: str) -> str:
-    """The file a ``sqlite:///`` URL names: relative (``sqlite:///q.db``), or absolute
-    with four slashes (``sqlite:////var/lib/q.db``); ``""`` when it names none."""
-    raw = url.split("?", 1)[0][len("sqlite://") :]
-    return raw[1:] if raw.startswith("/") else raw
+_TABLE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_sql_url(
+    family: str, url: str, own: Sequence[str] | None = None
+) -> tuple[SplitResult, dict[str, str], str]:
+    """The one reading of a SQL engine's URL, for every family: ``(parts, query options,
+    table prefix)``. ``prefix`` (default ``foundry_``) names tables, so it is ASCII
+    letters, digits and ``_``, not starting with a digit. With ``own``, an option outside
+    it (and ``prefix``) is refused, except on PostgreSQL, which hands the rest to libpq."""
+    parts = urlsplit(url)
+    if own is None or parts.scheme.lower() in ("postgresql", "postgres"):  # libpq takes the rest
+        query = query_options(url)
+    else:
+        query = url_options(family, url, sorted({*own, "prefix"}))
+    prefix = query.get("prefix", "foundry_")
+    if not _TABLE_PREFIX.fullmatch(prefix):
+        raise ConfigError(
+            f"{family} URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _, not "
+            "starting with a digit (a table name prefix). Fix: e.g. ?prefix=myapp_"
+        )
+    return parts, query, prefix
+
+
+def sqlite_connect(
+    target: str, *, timeout: float, synchronous: str, wal: bool = True, uri: bool = False
+) -> sqlite3.Connection:
+    """The one way an engine opens a SQLite connection: autocommit (the engine writes its
+    own ``BEGIN``), shared across threads, ``timeout`` seconds of waiting for a lock, the
+    WAL journal (``wal``; not for an in-memory database) and ``synchronous`` (``FULL``,
+    ``NORMAL``…). A ``sqlite3.Error`` is the caller's to map; the connection is closed
+    when a setting fails."""
+    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=timeout, uri=uri)
+    try:
+        if wal:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def sqlite_file(url: str, kind: str) -> str:

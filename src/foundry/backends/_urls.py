@@ -23,10 +23,11 @@ retrying cannot fix it.
 
 from __future__ import annotations
 
+import math
 import os
 import ssl
-from collections.abc import Mapping
-from urllib.parse import urlsplit
+from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qs, urlsplit
 
 from foundry.config import safe_url  # re-exported: the engines import it from here
 from foundry.errors import ConfigError
@@ -37,9 +38,12 @@ __all__ = [
     "REDIS_TLS",
     "TLS_SCHEMES",
     "ShowsUrl",
+    "query_options",
     "refused_certificate",
     "safe_url",
+    "seconds_option",
     "tls_options",
+    "url_options",
 ]
 
 
@@ -60,6 +64,42 @@ class ShowsUrl:
 
 
 # The redis-py connection options a Redis URL of Foundry's may carry besides TLS.
+def query_options(url: str) -> dict[str, str]:
+    """A URL's query options, the last one winning when an option is given twice."""
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+def url_options(family: str, url: str, *allowed: Iterable[str]) -> dict[str, str]:
+    """``url``'s query options (:func:`query_options`), refusing one outside ``allowed``
+    (the engine's own, those it passes to its driver, its TLS ones) with the whole list."""
+    query = query_options(url)
+    known = [name for names in allowed for name in names]
+    unknown = sorted(k for k in query if k not in known)
+    if unknown:
+        raise ConfigError(
+            f"{family} URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
+            f"Fix: use only {', '.join(known)}"
+        )
+    return query
+
+
+def seconds_option(family: str, url: str, query: Mapping[str, str], name: str, default: float) -> float:
+    """The positive number option ``name`` of ``family``'s ``url`` (``8``, ``8s``, ``250ms``);
+    ``default`` when absent, a :class:`ConfigError` naming the option when not positive."""
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw.rstrip("s"))
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"{family} URL {safe_url(url)!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=8"
+        )
+    return value
+
+
 REDIS_PASSED = ("socket_timeout", "socket_connect_timeout", "health_check_interval", "client_name")
 _FILE = "file"
 # option -> _FILE, or the values it accepts

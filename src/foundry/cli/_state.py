@@ -62,7 +62,7 @@ def store(
             f"foundry.toml or {flag}"
         )
     if must_exist and url.lower().startswith("sqlite://"):
-        from foundry.backends._sql_common import sqlite_path
+        from foundry.config import sqlite_path
 
         path = Path(sqlite_path(url) or ".").absolute()
         if not path.is_file():

@@ -168,9 +168,9 @@ def _list(args: argparse.Namespace) -> int:
 def _records(url: str, home: Path) -> list[Any]:
     """The schedule records at ``url``; none (and nothing created) for a SQLite file that
     does not exist yet."""
-    from foundry.backends._sql_common import sqlite_path
     from foundry.backends.queue import open_queue_backend
     from foundry.backends.queue.schedules import schedule_store
+    from foundry.config import sqlite_path
 
     if url.startswith("sqlite://") and not Path(sqlite_path(url)).is_file():
         return []

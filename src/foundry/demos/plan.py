@@ -6,14 +6,13 @@ from __future__ import annotations
 from rich.console import Console
 
 from foundry.app import Foundry
-from foundry.cli._target import plan_rows
 from foundry.explain import plan_table
 
 
 def run(console: Console) -> None:
     from foundry.examples import seeds
 
-    rows = plan_rows([seeds.app])
+    rows = [(seeds.app.name, name, main, phases) for name, main, phases in seeds.app.plan()]
     console.print(plan_table(rows, title="foundry plan foundry.examples.seeds"))
     payment = seeds.handle_payment
     sign = payment.phases["sign"]

@@ -70,7 +70,7 @@ def test_the_state_store_can_be_redis_or_postgresql(store: str) -> None:
         with Namespace(url, AmqpQueue) as ns:
             b = ns.open()
             round_trip(b)
-            assert type(b.state).__name__ == ("RedisQueue" if store == "redis" else "PostgresState")
+            assert type(b.state).__name__ == ("RedisQueue" if store == "redis" else "PostgresQueue")
     finally:
         drop_schema(state)
 

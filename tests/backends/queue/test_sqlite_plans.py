@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from foundry.backends.queue import sqlite as engine
-from foundry.backends.queue._amqp_state import SqlState, open_state
-from foundry.backends.queue.base import NewJob
+from foundry.backends.queue._amqp_state import open_state
+from foundry.backends.queue.base import NewJob, StateStore
 
 
 def _plans(path: Path, statements: set[str]) -> dict[str, list[str]]:
@@ -48,7 +48,7 @@ def test_claims_and_completions_never_scan_the_queue(tmp_path: Path, monkeypatch
         backend.enqueue(NewJob(id="later", queue="q", unit="u", payload=b"{}", eta=time.time() + 60))
         claimed = backend.claim("q", "w", lease=30, limit=5, timeout=1)
         backend.complete_many([(c.id, c.token, b"1") for c in claimed])
-        assert isinstance(backend, SqlState)  # the SQLite engine with the RabbitMQ state's extras
+        assert isinstance(backend, StateStore)  # the SQLite engine offers the RabbitMQ state store
         got, _ = backend.claim_ids("q", [j.id for j in jobs[10:15]], "w", 30)
         assert len(got) == 5
     finally:

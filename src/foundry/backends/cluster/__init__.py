@@ -17,20 +17,17 @@ Every engine passes the same parallel conformance tests (``tests/execute/test_pa
 
 from __future__ import annotations
 
-import importlib
-
+from foundry.backends._registry import Engine, Registry
 from foundry.backends.cluster.base import ChunkCall, ClusterEngine
-from foundry.config import check_url, safe_url
+from foundry.config import check_url
 from foundry.errors import ConfigError
 
 __all__ = ["ENGINES", "ChunkCall", "ClusterEngine", "is_local", "open_cluster"]
 
-# scheme -> (module, engine class, the driver modules it imports, the extra that installs them)
-ENGINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
-    "tcp": ("foundry.backends.cluster.dask", "DaskCluster", ("dask", "distributed"), "dask"),
-    "ray": ("foundry.backends.cluster.ray", "RayCluster", ("ray",), "ray"),
-}
-ENGINES["dask"] = ENGINES["tcp"]
+# scheme -> the engine's module and class, and the extra that installs its driver
+ENGINES = Registry("cluster", __name__, hint=" (here and on the workers)")
+ENGINES.add(("tcp", "dask"), Engine(".dask", "DaskCluster", "dask", ("dask", "distributed")))
+ENGINES.add(("ray",), Engine(".ray", "RayCluster", "ray", ("ray",)))
 
 
 def is_local(url: str | None) -> bool:
@@ -54,16 +51,5 @@ def open_cluster(url: str) -> ClusterEngine:
             "cluster URL 'local://' is Foundry's own processes, not a cluster engine. "
             "Fix: a bug in Foundry; report it"
         )
-    module_name, class_name, drivers, extra = ENGINES[scheme]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        root = (exc.name or "").split(".")[0]
-        if root in drivers:
-            raise ConfigError(
-                f"cluster URL {safe_url(url)!r} needs the {root!r} library, which is not installed. "
-                f'Fix: pip install "foundry-exec[{extra}]" (here and on the workers)'
-            ) from exc
-        raise
-    engine: ClusterEngine = getattr(module, class_name)(url)
+    engine: ClusterEngine = ENGINES.load(url)(url)
     return engine

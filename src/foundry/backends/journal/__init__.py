@@ -11,6 +11,7 @@ driver only then, so ``import foundry`` needs no database client.
 
 from __future__ import annotations
 
+from foundry.backends._registry import PSYCOPG, Engine, Registry
 from foundry.backends.journal._records import set_aside_error, set_aside_reason
 from foundry.backends.journal.base import (
     Clock,
@@ -25,9 +26,9 @@ from foundry.backends.journal.base import (
     WorkflowState,
     WorkflowStatus,
 )
-from foundry.config import check_url
 
 __all__ = [
+    "ENGINES",
     "Clock",
     "Entry",
     "EntryKind",
@@ -45,14 +46,15 @@ __all__ = [
 ]
 
 
+# scheme -> the engine's module and class, and the extra that installs its driver
+ENGINES = Registry("journal", __name__)
+ENGINES.add(("sqlite", "memory"), Engine(".sqlite", "SqliteJournal"))
+ENGINES.add(("postgresql", "postgres"), Engine(".postgres", "PostgresJournal", "postgres", PSYCOPG))
+
+
 def open_journal(url: str, *, clock: Clock | None = None) -> JournalBackend:
-    """Open (and create if needed) the journal at ``url``. Close it when done."""
-    check_url("journal", url)
-    scheme = url.split("://", 1)[0].lower()
-    if scheme in ("postgresql", "postgres"):
-        from foundry.backends.journal.postgres import PostgresJournal
-
-        return PostgresJournal(url, clock=clock)
-    from foundry.backends.journal.sqlite import SqliteJournal
-
-    return SqliteJournal(url, clock=clock)
+    """Open (and create if needed) the journal at ``url``. Close it when done. A URL with
+    an unknown scheme, a typo or a missing driver raises
+    :class:`~foundry.errors.ConfigError` naming the fix."""
+    journal: JournalBackend = ENGINES.load(url)(url, clock=clock)
+    return journal

@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from urllib.parse import SplitResult
 
 from foundry.backends._doorbell import Wakeups
+from foundry.backends._pool import Pool
 from foundry.backends._records import Fields
-from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, prefix_range
-from foundry.backends.journal._pool import Pool
+from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, parse_sql_url, prefix_range
 from foundry.backends.journal._records import (
     CLAIMS_MAX,
     ID_LIMIT,
@@ -1018,17 +1018,11 @@ class SqlJournal(SqlEngine):
         raise NotImplementedError
 
 
-def parse_url(url: str) -> tuple[SplitResult, dict[str, list[str]], str, int]:
-    """Split a journal URL into (parts, query, table prefix, pool size), checking both."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    prefix = query.get("prefix", ["foundry_"])[-1]
-    if not prefix.replace("_", "").isalnum() or prefix[0].isdigit():
-        raise ConfigError(
-            f"journal URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (not "
-            "starting with a digit). Fix: e.g. prefix=myapp_"
-        )
-    raw = query.get("pool", ["8"])[-1]
+def parse_url(url: str) -> tuple[SplitResult, dict[str, str], str, int]:
+    """Split a journal URL into (parts, query options, table prefix, pool size), checking
+    the prefix (:func:`~foundry.backends._sql_common.parse_sql_url`) and the pool size."""
+    parts, query, prefix = parse_sql_url("journal", url)
+    raw = query.get("pool", "8")
     if not raw.isdigit() or int(raw) < 1:
         raise ConfigError(
             f"journal URL {safe_url(url)!r}: pool={raw!r} must be a whole number ≥ 1. Fix: e.g. pool=8"

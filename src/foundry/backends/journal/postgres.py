@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+import psycopg
+
 from foundry.backends._doorbell import Wakeups
 from foundry.backends._records import Fields
 from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres
@@ -115,21 +117,15 @@ class PostgresJournal(SqlJournal):
     )
 
     def __init__(self, url: str, *, clock: Clock | None = None) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError(
-                f"journal URL {safe_url(url)!r} needs psycopg 3. Fix: pip install 'foundry-exec[postgres]'"
-            ) from exc
         self._psycopg = psycopg
         parts, query, prefix, size = parse_url(url)
         super().__init__(url, prefix=prefix, clock=clock)
-        self.schema = query.get("schema", ["public"])[-1]
+        self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
             raise ConfigError(
                 f"journal URL {safe_url(url)!r}: schema={self.schema!r} must be letters, digits and _"
             )
-        rest = {k: v[-1] for k, v in query.items() if k not in _OWN_OPTIONS}
+        rest = {k: v for k, v in query.items() if k not in _OWN_OPTIONS}
         # A worker cut off mid-transaction must not pin the runs it was touching (see
         # SESSION_SETTINGS; a transactional step lifts the idle timeout: _user_view).
         self._pg = Postgres(psycopg, f"journal {safe_url(url)}", parts, rest, self.schema, SESSION_SETTINGS)

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from foundry.backends._doorbell import Wakeups
 from foundry.backends._records import Fields
-from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file
+from foundry.backends._sql_common import make_pool, sqlite_connect, sqlite_error, sqlite_file
 from foundry.backends.journal._sql import ENTRY_COLS, ON_CONFLICT, Cursor, SqlJournal, entry_params, parse_url
 from foundry.backends.journal.base import Clock, Entry, Recorded
 from foundry.config import safe_url
@@ -74,7 +74,7 @@ class SqliteJournal(SqlJournal):
         else:
             self._target, self._uri = sqlite_file(url, "journal"), False
             self.changes = Wakeups(os.path.realpath(self._target))
-        self._synchronous = query.get("synchronous", ["full"])[-1].upper()
+        self._synchronous = query.get("synchronous", "full").upper()
         if self._synchronous not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise ConfigError(
                 f"journal URL {safe_url(url)!r}: synchronous={self._synchronous.lower()!r} is not a SQLite "
@@ -87,23 +87,15 @@ class SqliteJournal(SqlJournal):
 
     def _open(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(
-                self._target, isolation_level=None, check_same_thread=False, timeout=60.0, uri=self._uri
+            conn = sqlite_connect(
+                self._target, timeout=60.0, synchronous=self._synchronous, wal=not self._uri, uri=self._uri
             )
         except sqlite3.Error as exc:
             raise BackendUnavailableError(
                 f"journal {self.shown}: cannot open {self._target} ({exc}). Fix: check the path and its "
                 "permissions"
             ) from exc
-        try:
-            if not self._uri:
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute("PRAGMA busy_timeout=60000")
-            conn.text_factory = _TEXT
-        except BaseException:
-            conn.close()
-            raise
+        conn.text_factory = _TEXT
         return conn
 
     def _translate(self, exc: Exception) -> Exception | None:

@@ -16,9 +16,7 @@ Every engine passes the same conformance suite (``tests/pool/test_conformance.py
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from foundry.backends._registry import Engine, Registry
 from foundry.backends.pool.base import (
     Attempt,
     EngineSpec,
@@ -27,11 +25,12 @@ from foundry.backends.pool.base import (
     Reply,
     Sizable,
 )
-from foundry.config import check_url, safe_url
+from foundry.config import check_url
 from foundry.errors import ConfigError
 
 __all__ = [
     "ENGINES",
+    "HOSTS",
     "Attempt",
     "EngineSpec",
     "EngineStats",
@@ -42,26 +41,6 @@ __all__ = [
     "open_pool_engine",
     "open_worker_host",
 ]
-
-# engine -> (client module, client class, worker-host module:class, the driver it imports, its extra)
-ENGINES: dict[str, tuple[str, str, str, tuple[str, ...], str]] = {
-    "local": ("foundry.backends.pool.local", "LocalPool", "foundry.backends.pool.served:ServedHost", (), ""),
-    "served": (
-        "foundry.backends.pool.served",
-        "ServedPool",
-        "foundry.backends.pool.served:ServedHost",
-        (),
-        "",
-    ),
-    "nats": (
-        "foundry.backends.pool.nats",
-        "NatsPool",
-        "foundry.backends.pool.nats:NatsWorkerHost",
-        ("nats",),
-        "nats",
-    ),
-}
-ENGINES["tls"] = ENGINES["nats"]
 
 
 def engine_name(url: str) -> str:
@@ -82,27 +61,10 @@ def engine_name(url: str) -> str:
     return "served" if where else "local"
 
 
-def _module(url: str, which: int = 0) -> tuple[Any, tuple[str, str, str, tuple[str, ...], str]]:
-    entry = ENGINES[engine_name(url)]
-    module_name = entry[0] if which == 0 else entry[2].split(":")[0]
-    drivers, extra = entry[3], entry[4]
-    try:
-        return importlib.import_module(module_name), entry
-    except ModuleNotFoundError as exc:
-        root = (exc.name or "").split(".")[0]
-        if root in drivers:
-            raise ConfigError(
-                f"pool URL {safe_url(url)!r} needs the {root!r} client library, which is not installed. "
-                f'Fix: pip install "foundry-exec[{extra}]"'
-            ) from exc
-        raise
-
-
 def open_pool_engine(url: str, spec: EngineSpec) -> PoolEngine:
     """The client side of the pool engine at ``url``, for one unit. A URL with an unknown
     scheme or a missing driver raises :class:`~foundry.errors.ConfigError` naming the fix."""
-    module, entry = _module(url)
-    engine: PoolEngine = getattr(module, entry[1])(url, spec)
+    engine: PoolEngine = ENGINES.load(url)(url, spec)
     return engine
 
 
@@ -110,6 +72,17 @@ def open_worker_host(url: str, spec: EngineSpec) -> Sizable:
     """This host's workers for one unit, served to other processes (``foundry pool
     serve``): on NATS for many hosts; on ``local://`` over a Unix socket under the app's
     home, for apps on this machine whose pool URL is ``local://served``."""
-    module, entry = _module(url, which=1)
-    host: Sizable = getattr(module, entry[2].split(":")[1])(url, spec)
+    host: Sizable = HOSTS.load(url)(url, spec)
     return host
+
+
+# engine name (``engine_name``) -> the client's module and class, and the extra of its driver
+ENGINES = Registry("pool", __name__, key=engine_name)
+ENGINES.add(("local",), Engine(".local", "LocalPool"))
+ENGINES.add(("served",), Engine(".served", "ServedPool"))
+ENGINES.add(("nats", "tls"), Engine(".nats", "NatsPool", "nats", ("nats",)))
+
+# engine name -> the worker host ``foundry pool serve`` runs for it
+HOSTS = Registry("pool", __name__, key=engine_name)
+HOSTS.add(("local", "served"), Engine(".served", "ServedHost"))
+HOSTS.add(("nats", "tls"), Engine(".nats", "NatsWorkerHost", "nats", ("nats",)))

@@ -259,7 +259,7 @@ def run_request(
     return reply, header
 
 
-WORKER_MODULE = "foundry.backends.pool.local"  # what a pool worker runs (``_worker_main``)
+WORKER_MODULE = "foundry.backends.pool._dispatch"  # what a pool worker runs (``_worker_main``)
 
 
 def process_context() -> Any:

@@ -4,7 +4,7 @@ URL: ``nats://host:4222`` (several servers: ``nats://a:4222,b:4222``; ``tls://``
 ``nats://user:password@host``), option ``prefix=`` (default ``foundry``). Workers are
 started on each host by ``foundry pool serve app:app --url nats://…``
 (:class:`NatsWorkerHost`): one host process per unit holds **one NATS connection** and
-the embedded pool's exact dispatcher (:class:`~foundry.backends.pool.local.LocalPool`)
+the embedded pool's exact dispatcher (:class:`~foundry.backends.pool._dispatch.LocalPool`)
 over its worker processes. For a unit, with ``W = <prefix>.pool.<app>.<unit>``:
 
 =================  ==========================================================================
@@ -81,6 +81,7 @@ from foundry.backends.pool._common import (
     host_name,
     refusal,
 )
+from foundry.backends.pool._dispatch import LocalFront, LocalPool
 from foundry.backends.pool.base import (
     DEADLINE,
     ERROR,
@@ -96,7 +97,6 @@ from foundry.backends.pool.base import (
     answer_once,
     check_subject_part,
 )
-from foundry.backends.pool.local import LocalFront, LocalPool
 from foundry.config import safe_url
 from foundry.errors import BackendUnavailableError, ConfigError
 

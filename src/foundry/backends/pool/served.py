@@ -2,7 +2,7 @@
 
 ``foundry pool serve app:app`` on an app whose pool URL is ``local://`` (the default)
 starts each pool unit's workers behind the embedded pool's exact dispatcher
-(:class:`~foundry.backends.pool.local.LocalPool`) and serves it on a Unix domain socket
+(:class:`~foundry.backends.pool._dispatch.LocalPool`) and serves it on a Unix domain socket
 under the app's home (:func:`socket_path`, mode ``0600``: only this user). An app whose
 pool URL is ``local://served`` (``Foundry(pool="local://served")`` or
 ``FOUNDRY_POOL=local://served``) sends its pool units' requests there
@@ -52,6 +52,7 @@ from foundry.backends.pool._common import (
     encode_request,
     refusal,
 )
+from foundry.backends.pool._dispatch import LocalFront, LocalPool
 from foundry.backends.pool.base import (
     CANCELLED,
     ERROR,
@@ -66,7 +67,6 @@ from foundry.backends.pool.base import (
     answer_once,
     check_subject_part,
 )
-from foundry.backends.pool.local import LocalFront, LocalPool
 from foundry.errors import BackendUnavailableError
 
 __all__ = ["ServedHost", "ServedPool", "socket_path"]

@@ -16,11 +16,10 @@ Every engine passes the same conformance suite (``tests/backends/queue``).
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 from typing import Any
 
+from foundry.backends._registry import AMQP, PSYCOPG, Engine, Registry
 from foundry.backends.queue.base import (
     CancelResult,
     Capabilities,
@@ -35,10 +34,10 @@ from foundry.backends.queue.base import (
     check_new_job,
     check_queue_name,
 )
-from foundry.config import check_url, safe_url
 from foundry.errors import ConfigError
 
 __all__ = [
+    "ENGINES",
     "CancelResult",
     "Capabilities",
     "Claimed",
@@ -55,54 +54,17 @@ __all__ = [
     "open_queue_backend",
 ]
 
-# scheme -> (module, the driver it imports, the extra that installs that driver)
-_ENGINES: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "sqlite": ("foundry.backends.queue.sqlite", (), ""),
-    "memory": ("foundry.backends.queue.sqlite", (), ""),
-    "postgresql": ("foundry.backends.queue.postgres", ("psycopg", "psycopg_binary"), "postgres"),
-    "postgres": ("foundry.backends.queue.postgres", ("psycopg", "psycopg_binary"), "postgres"),
-    "redis": ("foundry.backends.queue.redis", ("redis",), "redis"),
-    "amqp": ("foundry.backends.queue.amqp", ("aio_pika", "pika", "aiormq", "pamqp"), "rabbitmq"),
-}
-_ENGINES["rediss"] = _ENGINES["redis"]  # TLS (options: foundry.backends._urls)
-_ENGINES["amqps"] = _ENGINES["amqp"]
+# scheme -> the engine's module and class, and the extra that installs its driver
+ENGINES = Registry("queue", __name__)
+ENGINES.add(("sqlite", "memory"), Engine(".sqlite", "SqliteQueue"))
+ENGINES.add(("postgresql", "postgres"), Engine(".postgres", "PostgresQueue", "postgres", PSYCOPG))
+ENGINES.add(("redis", "rediss"), Engine(".redis", "RedisQueue", "redis", ("redis",)))
+ENGINES.add(("amqp", "amqps"), Engine(".amqp", "AmqpQueue", "rabbitmq", AMQP))
 
 
 def engine_module(url: str) -> Any:
     """Import the module of ``url``'s engine (a missing driver is a :class:`ConfigError`)."""
-    check_url("queue", url)
-    scheme = url.split("://", 1)[0].lower()
-    module_name, drivers, extra = _ENGINES[scheme]
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        root = (exc.name or "").split(".")[0]
-        if root in drivers:
-            raise ConfigError(
-                f"queue URL {safe_url(url)!r} needs the {root!r} client library, which is not installed. "
-                f'Fix: pip install "foundry-exec[{extra}]"'
-            ) from exc
-        if exc.name == module_name:
-            raise ConfigError(
-                f"queue URL {safe_url(url)!r}: the {scheme} engine is not part of this installation "
-                f"({module_name} is missing). Fix: upgrade foundry-exec, or use sqlite:// or postgresql://"
-            ) from exc
-        raise
-
-
-def _engine_class(module: Any) -> Any:
-    """The backend class an engine module defines (the one with ``claim`` and ``enqueue``)."""
-    names = getattr(module, "__all__", None) or dir(module)
-    for name in names:
-        value = getattr(module, name, None)
-        if (
-            inspect.isclass(value)
-            and value.__module__ == module.__name__
-            and callable(getattr(value, "claim", None))
-            and callable(getattr(value, "enqueue", None))
-        ):
-            return value
-    raise ConfigError(f"{module.__name__} defines no queue backend class. Fix: a bug in Foundry; report it")
+    return ENGINES.module(url)
 
 
 def open_queue_backend(url: str, *, home: str | os.PathLike[str] | None = None) -> QueueBackend:
@@ -116,8 +78,7 @@ def open_queue_backend(url: str, *, home: str | os.PathLike[str] | None = None) 
     """
     if not isinstance(url, str) or not url:
         raise ConfigError(f"queue backend URL {url!r} is not a URL. Fix: e.g. sqlite:///queue.db")
-    module = engine_module(url)
-    cls = _engine_class(module)
+    cls = ENGINES.load(url)
     homed = home is not None and getattr(cls, "uses_home", False)
     backend: QueueBackend = cls(url, home=home) if homed else cls(url)
     return backend

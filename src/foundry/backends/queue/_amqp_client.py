@@ -798,6 +798,11 @@ class AmqpClient:
 
     # -- closing -----------------------------------------------------------------------
 
+    def kick_consumers(self) -> None:
+        """Wake every claimer waiting on one of this client's consumers (a worker stops)."""
+        for consumer in list(self._consumers.values()):
+            consumer.kick()
+
     def close(self, flush: float = 5.0) -> None:
         if self.stopped.is_set():
             return

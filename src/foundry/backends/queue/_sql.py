@@ -17,16 +17,23 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from foundry.backends._records import INT32, Fields
 from foundry.backends._sql_common import PREFIX_SQL, SqlEngine, prefix_range
+from foundry.backends.queue._common import (
+    CANCELS,
+    RECHECK,
+    Signals,
+    finite,
+    job_topic,
+    queue_topic,
+    watch_cancels,
+)
 from foundry.backends.queue._records import (
     CLAIM_FIELDS,
     STATE_FIELDS,
@@ -44,11 +51,12 @@ from foundry.backends.queue.base import (
     JobState,
     NewJob,
     QueueStats,
+    Unclaimed,
+    check_claim,
+    check_fail,
     check_new_job,
-    check_queue_name,
 )
-from foundry.config import safe_url
-from foundry.errors import ConfigError, MalformedRecordError, SubmitError
+from foundry.errors import MalformedRecordError, SubmitError
 
 T = TypeVar("T")
 log = logging.getLogger("foundry.queue")
@@ -86,9 +94,6 @@ _CANCEL_HELD = (
     "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
     "WHERE id = ? AND status = 'running' AND cancel_at IS NOT NULL"
 )
-CANCELS = "cancels"  # the signal topic of a new cancel request (``cancel_requests`` waits on it)
-CANCEL_LOOK = 0.02  # fewest seconds between two looks of ``cancel_requests`` (a busy store wakes it often)
-RECHECK = 1.0  # longest a waiter sleeps without re-reading the store (a lost wake-up costs this)
 _DEAD_TTL = 7 * 86400.0  # how long a malformed record stays in dead letters (its own result_ttl is suspect)
 # Columns added after the first release: (name, SQL type and default), added to older tables on open.
 ADDED_COLUMNS = (
@@ -129,18 +134,6 @@ def _claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
     return (-f.integer("priority", row[13], low=-INT32), f.number("eta", row[14]), int(row[15]))
 
 
-F = TypeVar("F", float, float | None)
-
-
-def finite(value: Any, default: F) -> float | F:
-    """A stored number read where a bad one must not stop anything (``default`` then)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return number if math.isfinite(number) else default
-
-
 def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
     return (
         job.id,
@@ -164,102 +157,16 @@ def insert_params(job: NewJob, now: float) -> tuple[Any, ...]:
     )
 
 
-def parse_url(url: str, own: Sequence[str]) -> tuple[SplitResult, dict[str, str], str]:
-    """(parts, query options, table prefix); ``prefix`` must be a plain identifier."""
-    parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    prefix = query.get("prefix", "foundry_")
-    if not prefix.replace("_", "").isalnum() or not (prefix[0].isalpha() or prefix[0] == "_"):
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: prefix={prefix!r} must be letters, digits and _ (a table name "
-            "prefix). Fix: e.g. ?prefix=myapp_"
-        )
-    unknown = [k for k in query if k not in own and k != "prefix"]
-    if unknown and parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(sorted(unknown))}. "
-            f"Fix: use only {', '.join(sorted({*own, 'prefix'}))}"
-        )
-    return parts, query, prefix
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
 
 
-def positive(url: str, query: dict[str, str], name: str, default: float) -> float:
-    raw = query.get(name)
-    if raw is None:
-        return default
+def _integer(value: Any) -> int:
+    """A stored priority; 0 for a malformed one (it only orders broker messages)."""
     try:
-        value = float(raw[:-2]) / 1000 if raw.endswith("ms") else float(raw.rstrip("s"))
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(
-            f"queue URL {safe_url(url)!r}: {name}={raw!r} is not a positive number. Fix: e.g. {name}=8"
-        )
-    return value
-
-
-class Signals:
-    """Wake-ups inside one process: a generation per topic (a queue, or a job id)
-    plus one for "something changed, look again". Waiters read a generation, look at
-    the store, and sleep only if the generation has not moved since — so a change
-    between the look and the sleep is never missed."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._gens: dict[str, int] = {}
-        self._all = 0
-
-    def gen(self, topic: str) -> tuple[int, int]:
-        return (self._all, self._gens.get(topic, 0))
-
-    def bump(self, *topics: str) -> None:
-        with self._cond:
-            for topic in topics:
-                self._gens[topic] = self._gens.get(topic, 0) + 1
-                if len(self._gens) > 100_000:  # job topics of finished jobs: forget them
-                    self._gens.clear()
-                    self._all += 1
-            self._cond.notify_all()
-
-    def bump_all(self) -> None:
-        with self._cond:
-            self._all += 1
-            self._cond.notify_all()
-
-    def wait(self, topic: str, since: tuple[int, int], timeout: float) -> bool:
-        """Sleep until ``topic`` (or everything) moved past ``since``; ``False`` on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
-
-
-def watch_cancels(
-    signals: Signals, look: Callable[[], list[str]], timeout: float, closed: Callable[[], bool]
-) -> list[str]:
-    """The loop of every engine's ``cancel_requests``: ``look()`` at the store, and until
-    it finds something (or ``timeout``, or ``closed()``) sleep until a cancel request is
-    signalled (``CANCELS``), looking again at least every ``RECHECK`` s. A wake-up that is
-    not about a cancel (SQLite's "another process committed") looks again no sooner than
-    ``CANCEL_LOOK`` s after the last look: a busy store must not turn this into a busy loop."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    while True:
-        since = signals.gen(CANCELS)
-        looked = time.monotonic()
-        found = look()
-        left = deadline - time.monotonic()
-        if found or left <= 0 or closed():
-            return found
-        signals.wait(CANCELS, since, min(left, RECHECK))
-        pause = CANCEL_LOOK - (time.monotonic() - looked)
-        if pause > 0 and signals.gen(CANCELS)[1] == since[1]:
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-
-
-def job_topic(job_id: str) -> str:
-    return "job:" + job_id
-
-
-def queue_topic(queue: str) -> str:
-    return "queue:" + queue
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 class SqlQueue(SqlEngine):
@@ -292,15 +199,17 @@ class SqlQueue(SqlEngine):
         """Held while a caller waits: keeps the cross-process wake-up source running."""
         raise NotImplementedError
 
-    # -- plumbing ----------------------------------------------------------------
+    # -- plumbing, public for the family's other stores on the same tables ---------
+    # (schedules.SqlSchedules): a statement in the engine's dialect, a write
+    # transaction with its wake-ups, a read.
 
-    def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    def fetch_one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(self._sql(sql), params).fetchone()
 
-    def _all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def fetch_all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return list(conn.execute(self._sql(sql), params).fetchall())
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+    def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         return int(conn.execute(self._sql(sql), params).rowcount)
 
     @contextmanager
@@ -313,7 +222,7 @@ class SqlQueue(SqlEngine):
                 raise
             raise mapped from exc
 
-    def _commit(self, fn: Callable[[Any], T], topics: Callable[[T], Sequence[str]]) -> T:
+    def commit(self, fn: Callable[[Any], T], topics: Callable[[T], Sequence[str]]) -> T:
         """A write, its cross-process notification, then the local wake-up."""
 
         def body(conn: Any) -> T:
@@ -330,7 +239,8 @@ class SqlQueue(SqlEngine):
             self.signals.bump(*wake)
         return value
 
-    def _query(self, fn: Callable[[Any], T]) -> T:
+    def query(self, fn: Callable[[Any], T]) -> T:
+        """A read (on the engine's read connection)."""
         with self._errors(), self._read() as conn:
             return fn(conn)
 
@@ -342,7 +252,7 @@ class SqlQueue(SqlEngine):
 
     def _insert(self, conn: Any, job: NewJob, now: float) -> Enqueued:
         created = (
-            self._run(
+            self.execute(
                 conn,
                 f"INSERT INTO {{jobs}} ({INSERT_COLS}) VALUES ({_MARKS}) ON CONFLICT DO NOTHING",
                 insert_params(job, now),
@@ -357,9 +267,9 @@ class SqlQueue(SqlEngine):
         """The job an insert of ``job`` conflicted with (its key, or its id)."""
         row = None
         if job.key is not None:
-            row = self._one(conn, "SELECT id FROM {jobs} WHERE key = ?", (job.key,))
+            row = self.fetch_one(conn, "SELECT id FROM {jobs} WHERE key = ?", (job.key,))
         if row is None:
-            row = self._one(conn, "SELECT id FROM {jobs} WHERE id = ?", (job.id,))
+            row = self.fetch_one(conn, "SELECT id FROM {jobs} WHERE id = ?", (job.id,))
         if row is None:  # pragma: no cover - a conflict names a row that exists
             raise SubmitError(f"job {job.id!r}: enqueue conflicted with a job that vanished; submit again")
         return Enqueued(row[0], False)
@@ -367,7 +277,7 @@ class SqlQueue(SqlEngine):
     def enqueue(self, job: NewJob) -> Enqueued:
         check_new_job(job)
         now = self._now()
-        return self._commit(
+        return self.commit(
             lambda conn: self._insert(conn, job, now),
             lambda done: (queue_topic(job.queue),) if done.created else (),
         )
@@ -379,7 +289,7 @@ class SqlQueue(SqlEngine):
             return []
         now = self._now()
         queues = sorted({job.queue for job in jobs})
-        return self._commit(
+        return self.commit(
             lambda conn: self._insert_many(conn, jobs, now),
             lambda done: [queue_topic(q) for q in queues] if any(e.created for e in done) else [],
         )
@@ -393,7 +303,7 @@ class SqlQueue(SqlEngine):
         """Leases that lapsed: back to the queue, or to dead letters when poisonous. Only
         a delivery its worker marked ``alone`` is charged (``crashes``); any other goes
         back uncharged, and is a suspect next time (see the contract in ``base``)."""
-        rows = self._all(
+        rows = self.fetch_all(
             conn,
             "SELECT seq, id, max_deliveries, crashes, alone, token, cancel_at FROM {jobs} WHERE queue = ? "
             "AND status = 'running' AND lease_until <= ? ORDER BY lease_until LIMIT 500{skip}",
@@ -401,21 +311,21 @@ class SqlQueue(SqlEngine):
         )
         for seq, job_id, max_deliveries, crashes, alone, token, cancel_at in rows:
             if cancel_at is not None:  # its cancel was requested: it ends here, uncharged
-                self._run(conn, _CANCEL_HELD, (None, now, now, job_id))
+                self.execute(conn, _CANCEL_HELD, (None, now, now, job_id))
                 continue
             f = Fields(job_id)
             try:
                 most = f.integer("max_deliveries", max_deliveries, low=1)
                 charged = f.integer("crashes", crashes) + (1 if alone is not None and alone == token else 0)
             except MalformedRecordError as exc:
-                self._run(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, seq))
+                self.execute(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, seq))
                 continue
             if charged >= most:
                 reason = (
                     f"its worker died or hung while this job ran alone in it, {charged} time(s) "
                     f"(max_deliveries={most}): the job keeps killing or hanging its worker"
                 )
-                self._run(
+                self.execute(
                     conn,
                     "UPDATE {jobs} SET status = 'dead', dead_reason = ?, crashes = ?, token = NULL, "
                     "worker = NULL, lease_until = 0, finished_at = ?, expires_at = ? + result_ttl "
@@ -423,7 +333,7 @@ class SqlQueue(SqlEngine):
                     (reason, charged, now, now, seq),
                 )
             else:
-                self._run(
+                self.execute(
                     conn,
                     "UPDATE {jobs} SET status = 'queued', crashes = ?, token = NULL, worker = NULL, "
                     "lease_until = 0 WHERE seq = ?",
@@ -439,7 +349,7 @@ class SqlQueue(SqlEngine):
                 good.append((_claim_order(row), claimed_from_row(row)))
             except MalformedRecordError as exc:
                 log.warning("queue %s: %s; dead-lettered", self.shown, exc)
-                self._run(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, row[15]))
+                self.execute(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, row[15]))
         good.sort(key=lambda pair: pair[0])
         return [claimed for _, claimed in good]
 
@@ -447,7 +357,7 @@ class SqlQueue(SqlEngine):
         now = self._now()
         self._recover_lapsed(conn, queue, now)
         token = uuid.uuid4().hex
-        rows = self._all(
+        rows = self.fetch_all(
             conn,
             "UPDATE {jobs} SET status = 'running', token = ?, worker = ?, lease_until = ?, "
             "deliveries = deliveries + 1, started_at = ? WHERE seq IN (SELECT seq FROM {jobs} "
@@ -464,7 +374,7 @@ class SqlQueue(SqlEngine):
         ``min(eta)`` cannot use that index (priority comes first in it) and would read
         every queued job of the queue on each probe, so it is asked only when nothing is
         due (then the queued jobs are the delayed ones)."""
-        row = self._one(
+        row = self.fetch_one(
             conn,
             "SELECT EXISTS (SELECT 1 FROM {jobs} WHERE queue = ? AND status = 'queued' AND eta <= ?), "
             "(SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running')",
@@ -473,18 +383,14 @@ class SqlQueue(SqlEngine):
         lapse = finite(row[1], math.inf)
         if row[0] or lapse <= now:
             return True, now
-        later = self._one(conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,))
+        later = self.fetch_one(
+            conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,)
+        )
         nxt = min(finite(later[0], math.inf), lapse)
         return nxt <= now, nxt
 
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
-        check_queue_name(queue)
-        if not lease > 0 or not math.isfinite(lease):
-            raise SubmitError(
-                f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds"
-            )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
+        check_claim(queue, lease, limit)
         deadline = time.monotonic() + max(0.0, timeout)
         topic = queue_topic(queue)
         with self._watch():
@@ -494,9 +400,9 @@ class SqlQueue(SqlEngine):
                 if queue in self._busy:  # the last claim filled its batch: skip the probe
                     ready, nxt = True, now
                 else:
-                    ready, nxt = self._query(functools.partial(self._due, queue=queue, now=now))
+                    ready, nxt = self.query(functools.partial(self._due, queue=queue, now=now))
                 if ready:
-                    got = self._commit(
+                    got = self.commit(
                         lambda conn: self._claim_now(conn, queue, worker, lease, limit),
                         lambda _: (),
                     )
@@ -516,9 +422,9 @@ class SqlQueue(SqlEngine):
 
     def heartbeat(self, job_id: str, token: str, *, lease: float) -> bool:
         now = self._now()
-        return self._commit(
+        return self.commit(
             lambda conn: (
-                self._run(
+                self.execute(
                     conn,
                     "UPDATE {jobs} SET lease_until = ? WHERE id = ? AND token = ? AND status = 'running'",
                     (now + lease, job_id, token),
@@ -530,9 +436,9 @@ class SqlQueue(SqlEngine):
 
     def progress(self, job_id: str, token: str, progress: JobProgress) -> bool:
         record = encode_progress(progress)
-        return self._commit(
+        return self.commit(
             lambda conn: (
-                self._run(
+                self.execute(
                     conn,
                     "UPDATE {jobs} SET progress = ? WHERE id = ? AND token = ? AND status = 'running'",
                     (record, job_id, token),
@@ -543,9 +449,9 @@ class SqlQueue(SqlEngine):
         )
 
     def mark_alone(self, job_id: str, token: str) -> bool:
-        return self._commit(
+        return self.commit(
             lambda conn: (
-                self._run(
+                self.execute(
                     conn,
                     "UPDATE {jobs} SET alone = token WHERE id = ? AND token = ? AND status = 'running'",
                     (job_id, token),
@@ -560,9 +466,9 @@ class SqlQueue(SqlEngine):
 
     def _complete_one(self, conn: Any, job_id: str, result: bytes, now: float) -> tuple[bool, bool]:
         """(the completion was written, the job ended: succeeded, or cancelled by a request)."""
-        if self._run(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0:
+        if self.execute(conn, _SUCCEED, (bytes(result), now, now, job_id)) > 0:
             return True, True
-        return False, self._run(conn, _CANCEL_HELD, (None, now, now, job_id)) > 0
+        return False, self.execute(conn, _CANCEL_HELD, (None, now, now, job_id)) > 0
 
     def complete_many(self, items: Sequence[tuple[str, str, bytes]]) -> list[bool]:
         """Several completions in one transaction (a worker's batched acks)."""
@@ -571,7 +477,7 @@ class SqlQueue(SqlEngine):
         def body(conn: Any) -> list[tuple[bool, bool]]:
             return [self._complete_one(conn, job_id, result, now) for job_id, _token, result in items]
 
-        ends = self._commit(
+        ends = self.commit(
             body, lambda done: [job_topic(i[0]) for i, (_, end) in zip(items, done, strict=True) if end]
         )
         return [written for written, _ in ends]
@@ -586,10 +492,7 @@ class SqlQueue(SqlEngine):
         dead_reason: str | None = None,
     ) -> bool:
         now = self._now()
-        if retry_at is not None and dead_reason is not None:
-            raise SubmitError(
-                f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
-            )
+        check_fail(job_id, retry_at, dead_reason)
         if retry_at is not None:
             sql = (
                 "UPDATE {jobs} SET status = 'queued', eta = ?, error = ?, attempts = attempts + 1, "
@@ -626,12 +529,12 @@ class SqlQueue(SqlEngine):
         now = self._now()
 
         def body(conn: Any) -> tuple[str | None, bool]:
-            row = self._one(conn, sql, params)
+            row = self.fetch_one(conn, sql, params)
             if row is not None:
                 return str(row[0]), wake_queue
             if cancelled is not None:
                 error, token = cancelled
-                row = self._one(
+                row = self.fetch_one(
                     conn, _CANCEL_HELD + " AND token = ? RETURNING queue", (error, now, now, job_id, token)
                 )
                 if row is not None:
@@ -644,7 +547,7 @@ class SqlQueue(SqlEngine):
                 return ()
             return (job_topic(job_id), queue_topic(queue)) if claimable else (job_topic(job_id),)
 
-        return self._commit(body, wake)[0] is not None
+        return self.commit(body, wake)[0] is not None
 
     def release(self, job_id: str, token: str) -> bool:
         return self._update_job(
@@ -663,14 +566,14 @@ class SqlQueue(SqlEngine):
         def body(conn: Any) -> tuple[CancelResult, bool]:
             """(what happened, whether the job ended now)."""
             for _ in range(3):  # a job moving between the statements (PostgreSQL): look again
-                if self._run(
+                if self.execute(
                     conn,
                     "UPDATE {jobs} SET status = 'cancelled', finished_at = ?, expires_at = ? + result_ttl "
                     "WHERE id = ? AND status = 'queued'",
                     (now, now, job_id),
                 ):
                     return CancelResult.CANCELLED, True
-                if running and self._run(  # held by a worker that is gone: nobody would stop it
+                if running and self.execute(  # held by a worker that is gone: nobody would stop it
                     conn,
                     "UPDATE {jobs} SET status = 'cancelled', cancel_at = coalesce(cancel_at, ?), "
                     "token = NULL, worker = NULL, lease_until = 0, finished_at = ?, "
@@ -679,14 +582,14 @@ class SqlQueue(SqlEngine):
                     (now, now, now, job_id, now),
                 ):
                     return CancelResult.CANCELLED, True
-                if running and self._run(
+                if running and self.execute(
                     conn,
                     "UPDATE {jobs} SET cancel_at = coalesce(cancel_at, ?) "
                     "WHERE id = ? AND status = 'running'",
                     (now, job_id),
                 ):
                     return CancelResult.REQUESTED, False
-                row = self._one(conn, "SELECT status FROM {jobs} WHERE id = ?", (job_id,))
+                row = self.fetch_one(conn, "SELECT status FROM {jobs} WHERE id = ?", (job_id,))
                 if row is None:
                     return CancelResult.UNKNOWN, False
                 if row[0] == "cancelled":
@@ -703,7 +606,7 @@ class SqlQueue(SqlEngine):
                 return (job_topic(job_id),)
             return (CANCELS,) if result is CancelResult.REQUESTED else ()
 
-        return self._commit(body, wake)[0]
+        return self.commit(body, wake)[0]
 
     def cancel_requests(self, job_ids: Sequence[str], *, timeout: float) -> list[str]:
         ids = list(dict.fromkeys(job_ids))
@@ -716,7 +619,7 @@ class SqlQueue(SqlEngine):
         with self._watch():
             return watch_cancels(
                 self.signals,
-                lambda: [str(r[0]) for r in self._query(lambda conn: self._all(conn, sql, ids))],
+                lambda: [str(r[0]) for r in self.query(lambda conn: self.fetch_all(conn, sql, ids))],
                 timeout,
                 lambda: self._closed,
             )
@@ -724,14 +627,14 @@ class SqlQueue(SqlEngine):
     # -- reading -------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobState | None:
-        row = self._query(
-            lambda conn: self._one(conn, f"SELECT {STATE_COLS} FROM {{jobs}} WHERE id = ?", (job_id,))
+        row = self.query(
+            lambda conn: self.fetch_one(conn, f"SELECT {STATE_COLS} FROM {{jobs}} WHERE id = ?", (job_id,))
         )
         return None if row is None else state_from_row(row)
 
     def find(self, key: str) -> JobState | None:
-        row = self._query(
-            lambda conn: self._one(conn, f"SELECT {STATE_COLS} FROM {{jobs}} WHERE key = ?", (key,))
+        row = self.query(
+            lambda conn: self.fetch_one(conn, f"SELECT {STATE_COLS} FROM {{jobs}} WHERE key = ?", (key,))
         )
         return None if row is None else state_from_row(row)
 
@@ -742,7 +645,7 @@ class SqlQueue(SqlEngine):
         with self._watch():
             while True:
                 since = self.signals.gen(topic)
-                row = self._query(lambda conn: self._one(conn, sql, (job_id,)))
+                row = self.query(lambda conn: self.fetch_one(conn, sql, (job_id,)))
                 state = None if row is None else state_from_row(row)
                 left = deadline - time.monotonic()
                 if state is None or state.status.value in FINISHED or left <= 0 or self._closed:
@@ -763,7 +666,7 @@ class SqlQueue(SqlEngine):
                 "ORDER BY finished_at DESC, seq DESC LIMIT ?",
                 (queue, limit),
             )
-        return self._states(self._query(lambda conn: self._all(conn, sql, params)))
+        return self._states(self.query(lambda conn: self.fetch_all(conn, sql, params)))
 
     def _states(self, rows: list[Any]) -> list[JobState]:
         """The rows of a listing as states; a malformed one is left out, with a warning
@@ -782,7 +685,7 @@ class SqlQueue(SqlEngine):
         if not prefix:
             return []
         sql = f"SELECT id FROM {{jobs}} WHERE {PREFIX_SQL} ORDER BY id LIMIT ?"
-        rows = self._query(lambda conn: self._all(conn, sql, (*prefix_range(prefix), limit)))
+        rows = self.query(lambda conn: self.fetch_all(conn, sql, (*prefix_range(prefix), limit)))
         return [row[0] for row in rows if isinstance(row[0], str) and row[0].startswith(prefix)]
 
     def jobs(self, queue: str | None = None, status: str | None = None, limit: int = 100) -> list[JobState]:
@@ -796,7 +699,7 @@ class SqlQueue(SqlEngine):
             params.append(status)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         sql = f"SELECT {STATE_COLS} FROM {{jobs}}{clause} ORDER BY seq DESC LIMIT ?"
-        return self._states(self._query(lambda conn: self._all(conn, sql, (*params, limit))))
+        return self._states(self.query(lambda conn: self.fetch_all(conn, sql, (*params, limit))))
 
     def requeue(self, job_id: str) -> bool:
         return self._update_job(
@@ -814,16 +717,16 @@ class SqlQueue(SqlEngine):
         now = self._now()
 
         def read(conn: Any) -> QueueStats:
-            q = self._one(
+            q = self.fetch_one(
                 conn,
                 "SELECT sum(CASE WHEN eta <= ? THEN 1 ELSE 0 END), sum(CASE WHEN eta > ? THEN 1 ELSE 0 END), "
                 "min(CASE WHEN eta <= ? THEN eta END) FROM {jobs} WHERE queue = ? AND status = 'queued'",
                 (now, now, now, queue),
             )
-            running = self._one(
+            running = self.fetch_one(
                 conn, "SELECT count(*) FROM {jobs} WHERE queue = ? AND status = 'running'", (queue,)
             )
-            dead = self._one(
+            dead = self.fetch_one(
                 conn, "SELECT count(*) FROM {jobs} WHERE queue = ? AND status = 'dead'", (queue,)
             )
             depth = int(q[0] or 0)
@@ -836,15 +739,113 @@ class SqlQueue(SqlEngine):
                 oldest_age=max(0.0, now - oldest),
             )
 
-        return self._query(read)
+        return self.query(read)
 
     def purge(self, now: float | None = None) -> int:
         at = self._now() if now is None else float(now)
-        return self._commit(
-            lambda conn: self._run(
+        return self.commit(
+            lambda conn: self.execute(
                 conn,
                 f"DELETE FROM {{jobs}} WHERE status IN {_FINISHED_SQL} AND expires_at < ?",
                 (at,),
             ),
             lambda _: (),
         )
+
+    # -- the AMQP engine's state store (base.StateStore; see amqp.py) ----------------------
+
+    def claim_ids(
+        self, queue: str, ids: Sequence[str], worker: str, lease: float
+    ) -> tuple[list[Claimed], list[Unclaimed]]:
+        now = time.time()
+        token = uuid.uuid4().hex
+
+        def body(conn: Any) -> tuple[list[Any], list[Unclaimed]]:
+            rows = self.fetch_all(
+                conn,
+                "UPDATE {jobs} SET status = 'running', token = ?, worker = ?, lease_until = ?, "
+                "deliveries = deliveries + 1, started_at = ? WHERE id IN (" + _marks(len(ids)) + ") "
+                # (queue || '') keeps SQLite's planner on the id index: on ``queue = ?`` it
+                # picks the ready index and scans every queued job of the queue per claim.
+                f"AND (queue || '') = ? AND status = 'queued' AND eta <= ? RETURNING {CLAIM_COLS}",
+                (token, worker, now + lease, now, *ids, queue, now),
+            )
+            got = {r[0] for r in rows}
+            claimed = self._lease_rows(conn, rows, now)
+            rest = [i for i in ids if i not in got]
+            if not rest:
+                return claimed, []
+            found = {
+                r[0]: r
+                for r in self.fetch_all(
+                    conn,
+                    "SELECT id, status, eta, priority FROM {jobs} WHERE id IN (" + _marks(len(rest)) + ")",
+                    rest,
+                )
+            }
+            others: list[Unclaimed] = [
+                (i, str(found[i][1]), finite(found[i][2], None), _integer(found[i][3]))
+                if i in found
+                else (i, "", None, 0)
+                for i in rest
+            ]
+            return claimed, others
+
+        return self.commit(body, lambda _: ())
+
+    def reap(self, queue: str) -> list[tuple[str, int]]:
+        now = time.time()
+
+        def body(conn: Any) -> tuple[list[tuple[str, int]], list[str]]:
+            rows = self.fetch_all(
+                conn,
+                "SELECT id, priority FROM {jobs} WHERE queue = ? AND status = 'running' AND "
+                "lease_until <= ? ORDER BY lease_until LIMIT 500{skip}",
+                (queue, now),
+            )
+            if not rows:
+                return [], []
+            self._recover_lapsed(conn, queue, now)
+            ids = [r[0] for r in rows]
+            status = dict(
+                self.fetch_all(
+                    conn, "SELECT id, status FROM {jobs} WHERE id IN (" + _marks(len(ids)) + ")", ids
+                )
+            )
+            back = [(str(r[0]), _integer(r[1])) for r in rows if status.get(r[0]) == "queued"]
+            return back, [i for i in ids if status.get(i) in ("dead", "cancelled")]
+
+        back, _dead = self.commit(body, lambda v: [job_topic(str(i)) for i in v[1]])
+        return back
+
+    def next_deadline(self, queue: str) -> float | None:
+        row = self.query(
+            lambda conn: self.fetch_one(
+                conn, "SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running'", (queue,)
+            )
+        )
+        return None if row is None else finite(row[0], None)
+
+    def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
+        rows = self.query(
+            lambda conn: self.fetch_all(
+                conn,
+                "SELECT id, priority FROM {jobs} WHERE queue = ? AND status = 'queued' AND eta <= ? "
+                "ORDER BY priority DESC, eta, seq LIMIT ?",
+                (queue, before, limit),
+            )
+        )
+        return [(str(r[0]), _integer(r[1])) for r in rows]
+
+    def queues(self) -> list[str]:
+        rows = self.query(lambda conn: self.fetch_all(conn, "SELECT DISTINCT queue FROM {jobs}"))
+        return sorted(str(r[0]) for r in rows)
+
+    def destroy(self) -> None:
+        schedules = self.table.removesuffix("jobs") + "schedules"  # foundry.backends.queue.schedules
+
+        def drop(conn: Any) -> None:
+            self.execute(conn, "DROP TABLE IF EXISTS {jobs}")
+            self.execute(conn, f"DROP TABLE IF EXISTS {schedules}")
+
+        self.commit(drop, lambda _: ())

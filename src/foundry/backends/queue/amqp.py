@@ -74,12 +74,19 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from foundry.backends._urls import AMQP_TLS, ShowsUrl, refused_certificate, safe_url, tls_options
+from foundry.backends._urls import (
+    AMQP_TLS,
+    ShowsUrl,
+    refused_certificate,
+    safe_url,
+    seconds_option,
+    tls_options,
+    url_options,
+)
 from foundry.backends.queue._amqp_client import AmqpClient, Consumer, Delivery
 from foundry.backends.queue._amqp_state import StateStore, open_state
-from foundry.backends.queue._sql import positive
 from foundry.backends.queue.base import (
     CancelResult,
     Capabilities,
@@ -90,8 +97,9 @@ from foundry.backends.queue.base import (
     JobStatus,
     NewJob,
     QueueStats,
+    check_claim,
+    check_fail,
 )
-from foundry.backends.queue.redis import check_claim
 from foundry.config import resolve_home
 from foundry.errors import BackendUnavailableError, ConfigError
 
@@ -112,8 +120,7 @@ class _Signals:
 
     def bump_all(self) -> None:
         q = self._queue
-        for consumer in list(q.client._consumers.values()):
-            consumer.kick()
+        q.client.kick_consumers()
         bump = getattr(getattr(q.state, "signals", None), "bump_all", None)
         if callable(bump):
             bump()
@@ -135,13 +142,7 @@ class AmqpQueue(ShowsUrl):
         self._url = url  # to connect with; everything shown uses ``url`` (masked)
         shown = safe_url(url)
         parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in AMQP_TLS)
-        if unknown:
-            raise ConfigError(
-                f"queue URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join((*_OWN, *_PASSED, *AMQP_TLS))}"
-            )
+        query = url_options("queue", url, _OWN, _PASSED, AMQP_TLS)
         tls = tls_options("queue", url, query, AMQP_TLS)
         self.prefix = query.get("prefix", "foundry")
         if not self.prefix or len(self.prefix) > 100 or any(c.isspace() or c == "." for c in self.prefix):
@@ -149,12 +150,12 @@ class AmqpQueue(ShowsUrl):
                 f"queue URL {shown!r}: prefix={self.prefix!r} must be 1-100 characters without spaces or "
                 "dots. Fix: e.g. ?prefix=myapp"
             )
-        self.max_priority = int(positive(shown, query, "max_priority", 10))
+        self.max_priority = int(seconds_option("queue", shown, query, "max_priority", 10))
         if not 1 <= self.max_priority <= 255:
             raise ConfigError(f"queue URL {shown!r}: max_priority must be 1..255. Fix: e.g. max_priority=10")
-        reconnect = positive(shown, query, "reconnect", 15.0)
-        linger = positive(shown, query, "linger", 1.0)
-        self.orphan_after = positive(shown, query, "orphan_after", 30.0)
+        reconnect = seconds_option("queue", shown, query, "reconnect", 15.0)
+        linger = seconds_option("queue", shown, query, "linger", 1.0)
+        self.orphan_after = seconds_option("queue", shown, query, "orphan_after", 30.0)
         state_url = query.get("state")
         self._own_state: Path | None = None
         if not state_url:
@@ -343,6 +344,7 @@ class AmqpQueue(ShowsUrl):
         retry_at: float | None = None,
         dead_reason: str | None = None,
     ) -> bool:
+        check_fail(job_id, retry_at, dead_reason)
         ok = self.state.fail(job_id, token, error, retry_at=retry_at, dead_reason=dead_reason)
         if ok and retry_at is not None:
             self._announce_state(job_id, retry_at)

@@ -99,7 +99,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from foundry.errors import SubmitError
 from foundry.tracecontext import parse_trace
@@ -116,6 +116,10 @@ __all__ = [
     "NewJob",
     "QueueBackend",
     "QueueStats",
+    "StateStore",
+    "Unclaimed",
+    "check_claim",
+    "check_fail",
     "check_new_job",
     "check_queue_name",
 ]
@@ -364,6 +368,51 @@ class QueueBackend(Protocol):
     def close(self) -> None: ...
 
 
+Unclaimed = tuple[str, str, float | None, int]
+"""``(id, status or '', eta, priority)`` of a job ``claim_ids`` did not lease (``''``: no such job)."""
+
+
+@runtime_checkable
+class StateStore(QueueBackend, Protocol):
+    """A queue engine that can also keep the job records of an engine whose broker
+    carries only messages (the AMQP engine: RabbitMQ has no key/value store). The broker
+    chooses which job runs next; the store keeps idempotency keys, leases, the single
+    completion record, results, dead letters and counters, in its own tables or keys.
+    The SQL engines (``_sql.SqlQueue``) and the Redis engine offer it; the AMQP engine
+    opens one by URL through the family's registry and sees nothing but this contract.
+    """
+
+    def claim_ids(
+        self, queue: str, ids: Sequence[str], worker: str, lease: float
+    ) -> tuple[list[Claimed], list[Unclaimed]]:
+        """Lease the given jobs if they are still queued in ``queue`` and due, in one
+        atomic step per job (a job is leased once however many messages name it).
+        Returns the claimed jobs (best priority first) and the others, as ``Unclaimed``."""
+        ...
+
+    def reap(self, queue: str) -> list[tuple[str, int]]:
+        """Put lapsed leases back (or dead-letter a job out of deliveries); ``(id,
+        priority)`` of those put back, whose message the broker must carry again."""
+        ...
+
+    def next_deadline(self, queue: str) -> float | None:
+        """The earliest lease deadline in ``queue`` (``None`` when nothing is leased)."""
+        ...
+
+    def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
+        """Queued jobs due before ``before`` (maybe without a message): ``(id, priority)``,
+        best first, at most ``limit``."""
+        ...
+
+    def queues(self) -> list[str]:
+        """Every queue the store has a job of."""
+        ...
+
+    def destroy(self) -> None:
+        """Delete every table or key of this store (tests, teardown)."""
+        ...
+
+
 def check_new_job(job: NewJob) -> None:
     """Reject a job no engine could carry, naming the field and the fix (every engine
     calls this first in ``enqueue``/``enqueue_many``, so bad input never reaches a store)."""
@@ -424,3 +473,20 @@ def check_queue_name(queue: object, what: str = "claim") -> None:
     problem = queue_name_problem(queue)
     if problem is not None:
         raise SubmitError(f"{what}: queue={queue!r} {problem}. Fix: name the queue, e.g. 'emails'")
+
+
+def check_claim(queue: str, lease: float, limit: int) -> None:
+    """Refuse a claim no engine could serve, naming the field and the fix."""
+    check_queue_name(queue)
+    if not isinstance(lease, int | float) or not lease > 0 or not math.isfinite(lease):
+        raise SubmitError(f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
+
+
+def check_fail(job_id: str, retry_at: float | None, dead_reason: str | None) -> None:
+    """Refuse a ``fail`` that asks for two outcomes at once."""
+    if retry_at is not None and dead_reason is not None:
+        raise SubmitError(
+            f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
+        )

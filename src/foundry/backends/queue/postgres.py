@@ -34,14 +34,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres
+import psycopg
+
+from foundry.backends._sql_common import SESSION_SETTINGS, PgListener, Postgres, parse_sql_url
+from foundry.backends._urls import seconds_option
 from foundry.backends.queue._sql import (
     ADDED_COLUMNS,
     INSERT_COLS,
     SqlQueue,
     insert_params,
-    parse_url,
-    positive,
 )
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.config import safe_url
@@ -109,14 +110,8 @@ class PostgresQueue(SqlQueue):
     placeholder: ClassVar[str] = "%s"
 
     def __init__(self, url: str) -> None:
-        try:
-            import psycopg
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError(
-                f'queue URL {safe_url(url)!r} needs psycopg 3. Fix: pip install "foundry-exec[postgres]"'
-            ) from exc
         self._psycopg = psycopg
-        parts, query, prefix = parse_url(url, _OWN_OPTIONS)
+        parts, query, prefix = parse_sql_url("queue", url, _OWN_OPTIONS)
         super().__init__(url, prefix=prefix)
         self.schema = query.get("schema", "public")
         if not self.schema.replace("_", "").isalnum():
@@ -134,7 +129,7 @@ class PostgresQueue(SqlQueue):
             SESSION_SETTINGS,
         )
         self.channel = f"foundry_q_{zlib.crc32(f'{self.schema}.{self.table}'.encode()):08x}"
-        self._pool = self._pg.pool(int(positive(url, query, "pool", 16)))
+        self._pool = self._pg.pool(int(seconds_option("queue", url, query, "pool", 16)))
         self._listener = PgListener(
             self._pg,
             self.channel,
@@ -153,21 +148,21 @@ class PostgresQueue(SqlQueue):
     # the text format sends it as hex, twice the size, decoded in a third copy. libpq keeps
     # its buffers at the largest size they ever held, so a connection that carried a large
     # payload or result is closed after use instead of keeping that much memory in the pool.
-    def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    def fetch_one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         self._weigh(conn, params)
         row = conn.execute(self._sql(sql), params, binary=True).fetchone()
         if row is not None:
             self._weigh(conn, row)
         return row
 
-    def _all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def fetch_all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self._weigh(conn, params)
         rows = list(conn.execute(self._sql(sql), params, binary=True).fetchall())
         for row in rows:
             self._weigh(conn, row)
         return rows
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+    def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         self._weigh(conn, params)
         return int(conn.execute(self._sql(sql), params).rowcount)
 
@@ -215,7 +210,7 @@ class PostgresQueue(SqlQueue):
     def _read(self) -> AbstractContextManager[Any]:
         return self._pool.connection()
 
-    def _query(self, fn: Callable[[Any], T]) -> T:
+    def query(self, fn: Callable[[Any], T]) -> T:
         # Reads are idempotent: one retry on a fresh connection hides a dead idle one.
         for attempt in range(2):
             try:

@@ -14,7 +14,8 @@ URL: ``redis://[user:password@]host:6379/0``, or ``rediss://…`` for TLS, with 
   (``foundry.backends._urls``). A refused server certificate is a
   :class:`~foundry.errors.ConfigError` at once, not a retry.
 
-**What it keeps and how** (key layout in ``_redis_scripts``): a job is a hash; the
+**What it keeps and how** (the key layout is in ``redis_lua/_prelude.lua``, beside one
+``.lua`` file per script): a job is a hash; the
 claimable jobs of a queue are a sorted set ordered by priority, then eta, then enqueue
 order; delayed jobs and scheduled retries wait in a second sorted set scored by eta;
 leases are a third, scored by deadline. ``claim`` is one script that puts lapsed
@@ -50,19 +51,30 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from foundry.backends._lua import lua_scripts
 from foundry.backends._urls import (
     REDIS_PASSED,
     REDIS_TLS,
     ShowsUrl,
     refused_certificate,
     safe_url,
+    seconds_option,
     tls_options,
+    url_options,
+)
+from foundry.backends.queue._common import (
+    CANCELS,
+    RECHECK,
+    Signals,
+    finite,
+    job_topic,
+    watch_cancels,
 )
 from foundry.backends.queue._records import (
     STATE_FIELDS,
@@ -70,16 +82,6 @@ from foundry.backends.queue._records import (
     decode_claimed,
     decode_state,
     encode_progress,
-)
-from foundry.backends.queue._redis_scripts import SCRIPTS
-from foundry.backends.queue._sql import (
-    CANCELS,
-    RECHECK,
-    Signals,
-    finite,
-    job_topic,
-    positive,
-    watch_cancels,
 )
 from foundry.backends.queue.base import (
     CancelResult,
@@ -91,15 +93,15 @@ from foundry.backends.queue.base import (
     JobStatus,
     NewJob,
     QueueStats,
+    check_claim,
+    check_fail,
     check_new_job,
-    check_queue_name,
 )
 from foundry.errors import (
     BackendError,
     BackendUnavailableError,
     ConfigError,
     MalformedRecordError,
-    SubmitError,
 )
 
 __all__ = ["RedisQueue", "claimed_from_reply", "state_from_hash"]
@@ -290,13 +292,7 @@ class RedisQueue(ShowsUrl):
     def __init__(self, url: str) -> None:
         self._url = url  # to connect with; everything shown uses ``url`` (masked)
         parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(k for k in query if k not in _OWN and k not in _PASSED and k not in REDIS_TLS)
-        if unknown:
-            raise ConfigError(
-                f"queue URL {safe_url(url)!r}: unknown option(s) {', '.join(unknown)}. "
-                f"Fix: use only {', '.join((*_OWN, *_PASSED, *REDIS_TLS))}"
-            )
+        query = url_options("queue", url, _OWN, _PASSED, REDIS_TLS)
         tls = tls_options("queue", url, query, REDIS_TLS)
         self._tls_hint = (
             " (a server that requires TLS drops redis:// connections: use rediss://)"
@@ -310,8 +306,8 @@ class RedisQueue(ShowsUrl):
                 "Fix: e.g. ?prefix=myapp"
             )
         self.prefix = prefix + ":"
-        self._reconnect = positive(safe_url(url), query, "reconnect", 15.0)
-        timeout = positive(safe_url(url), query, "socket_timeout", 10.0)
+        self._reconnect = seconds_option("queue", safe_url(url), query, "reconnect", 15.0)
+        timeout = seconds_option("queue", safe_url(url), query, "socket_timeout", 10.0)
         passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"} | tls
         base = urlunsplit(parts._replace(query=urlencode(passed)))
         kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
@@ -320,7 +316,8 @@ class RedisQueue(ShowsUrl):
             self._blocking = redis.Redis.from_url(base, socket_timeout=_BLOCK_MAX + timeout, **kwargs)
         except ValueError as exc:
             raise ConfigError(f"queue URL {safe_url(url)!r}: {exc}. Fix: correct the URL") from exc
-        self._scripts = {name: self.client.register_script(src) for name, src in SCRIPTS.items()}
+        scripts = lua_scripts(__package__ or "foundry.backends.queue", "redis_lua")
+        self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._closed = False
         self._free: list[Any] = []  # idle direct connections (see _direct)
         self._conns: list[Any] = []  # every direct connection, closed by close()
@@ -330,14 +327,14 @@ class RedisQueue(ShowsUrl):
         self.signals = _Signals(self._kick)
         self._listener = _Listener(self)
         try:
-            self._call("connect", self.client.ping, within=min(self._reconnect, 3.0))
+            self.call("connect", self.client.ping, within=min(self._reconnect, 3.0))
         except BaseException:
             self.close()
             raise
 
     # -- plumbing --------------------------------------------------------------------
 
-    def _call(self, what: str, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
+    def call(self, what: str, fn: Callable[..., T], *args: Any, within: float | None = None) -> T:
         """Run one Redis call; retry with back-off while Redis is unreachable, for at
         most ``reconnect`` seconds, then raise :class:`BackendUnavailableError`."""
         deadline: float | None = None
@@ -374,7 +371,7 @@ class RedisQueue(ShowsUrl):
 
     def _script(self, name: str, args: Sequence[Any]) -> Any:
         script = self._scripts[name]
-        return self._call(
+        return self.call(
             name, functools.partial(self._direct, script=script), "EVALSHA", script.sha, 0, self.prefix, *args
         )
 
@@ -463,7 +460,7 @@ class RedisQueue(ShowsUrl):
                 script(keys=[], args=[self.prefix, *self._enqueue_args(job, now)], client=pipe)
             return list(pipe.execute())
 
-        return [Enqueued(_text(i), bool(c)) for c, i in self._call("enqueue_many", run)]
+        return [Enqueued(_text(i), bool(c)) for c, i in self.call("enqueue_many", run)]
 
     # -- claim -----------------------------------------------------------------------
 
@@ -492,7 +489,7 @@ class RedisQueue(ShowsUrl):
             if due <= 0:
                 continue  # more lapsed or due jobs than one script handles: go again now
             with self._blocking_on(queue):
-                self._call("claim", self._blocking.blpop, [wake], block)
+                self.call("claim", self._blocking.blpop, [wake], block)
 
     def _decode_leased(self, rows: Sequence[Any], queue: str, token: str, until: float) -> list[Claimed]:
         """The leased rows as jobs; one the scripts let through but Python cannot decode
@@ -550,10 +547,7 @@ class RedisQueue(ShowsUrl):
         retry_at: float | None = None,
         dead_reason: str | None = None,
     ) -> bool:
-        if retry_at is not None and dead_reason is not None:
-            raise SubmitError(
-                f"fail of job {job_id!r}: give retry_at or dead_reason, not both. Fix: choose one outcome"
-            )
+        check_fail(job_id, retry_at, dead_reason)
         mode = "retry" if retry_at is not None else "dead" if dead_reason is not None else "failed"
         args = [
             _num(time.time()),
@@ -585,7 +579,7 @@ class RedisQueue(ShowsUrl):
             return list(pipe.execute())
 
         def look() -> list[str]:
-            rows = self._call("cancel_requests", read)
+            rows = self.call("cancel_requests", read)
             return [
                 job_id
                 for job_id, (status, at) in zip(ids, rows, strict=True)
@@ -608,7 +602,7 @@ class RedisQueue(ShowsUrl):
             return list(pipe.execute())
 
         out: list[JobState] = []
-        for job_id, values in zip(ids, self._call("get", run), strict=True):
+        for job_id, values in zip(ids, self.call("get", run), strict=True):
             try:
                 state = state_from_hash(job_id, values)
             except MalformedRecordError as exc:  # one bad record must not hide every other job
@@ -619,11 +613,11 @@ class RedisQueue(ShowsUrl):
         return out
 
     def get(self, job_id: str) -> JobState | None:
-        values = self._call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
+        values = self.call("get", self._direct, "HMGET", self._key("j", job_id), *_STATE_FIELDS)
         return state_from_hash(job_id, values)
 
     def find(self, key: str) -> JobState | None:
-        job_id = self._call("find", self.client.get, self._key("k", key))
+        job_id = self.call("find", self.client.get, self._key("k", key))
         return None if job_id is None else self.get(_text(job_id))
 
     def wait(self, job_id: str, timeout: float) -> JobState | None:
@@ -632,7 +626,7 @@ class RedisQueue(ShowsUrl):
         with self._listener.watching():
             while True:
                 since = self.signals.gen(topic)
-                values = self._call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
+                values = self.call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
                 state = state_from_hash(job_id, values, _WAIT_FIELDS)
                 left = deadline - time.monotonic()
                 if state is None or state.status in _FINISHED or left <= 0 or self._closed:
@@ -641,7 +635,7 @@ class RedisQueue(ShowsUrl):
 
     def dead_letters(self, queue: str | None = None, limit: int = 100) -> list[JobState]:
         key = self._key("dead") if queue is None else self._key("q", queue, "dead")
-        ids = [_text(i) for i in self._call("dead_letters", self.client.zrevrange, key, 0, max(0, limit - 1))]
+        ids = [_text(i) for i in self.call("dead_letters", self.client.zrevrange, key, 0, max(0, limit - 1))]
         return self._get_many(ids)
 
     def requeue(self, job_id: str) -> bool:
@@ -681,7 +675,7 @@ class RedisQueue(ShowsUrl):
         head = len(self.prefix) + 2
         pattern = _glob_escape(self.prefix) + "j:" + _glob_escape(prefix) + "*"
         while len(found) < limit:
-            cursor, keys = self._call("ids_starting", self.client.scan, cursor, pattern, 500)
+            cursor, keys = self.call("ids_starting", self.client.scan, cursor, pattern, 500)
             found.update(_text(k, "replace")[head:] for k in keys)
             if cursor == 0:
                 break
@@ -693,7 +687,7 @@ class RedisQueue(ShowsUrl):
         cursor = 0
         pattern = _glob_escape(self.prefix) + "j:*"
         while len(out) < limit:
-            cursor, keys = self._call("jobs", self.client.scan, cursor, pattern, 500)
+            cursor, keys = self.call("jobs", self.client.scan, cursor, pattern, 500)
             ids = [_text(k)[len(self.prefix) + 2 :] for k in keys]
             for state in self._get_many(ids):
                 if (queue is None or state.queue == queue) and (status is None or state.status == status):
@@ -726,19 +720,19 @@ class RedisQueue(ShowsUrl):
 
     def next_deadline(self, queue: str) -> float | None:
         """The earliest lease deadline in ``queue`` (``None`` when nothing is leased)."""
-        first = self._call(
+        first = self.call(
             "next_deadline", self.client.zrange, self._key("q", queue, "lease"), 0, 0, True, True
         )
         return float(first[0][1]) if first else None
 
     def orphans(self, queue: str, before: float, limit: int) -> list[tuple[str, int]]:
         """Queued jobs due before ``before``: ``(id, priority)``, best first."""
-        ready = self._call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
+        ready = self.call("orphans", self.client.zrange, self._key("q", queue, "ready"), 0, limit - 1)
         states = self._get_many([_text(m, "replace")[29:] for m in ready])
         return [(s.id, s.priority) for s in states if s.status is JobStatus.QUEUED and (s.eta or 0) <= before]
 
     def queues(self) -> list[str]:
-        return sorted(_text(q) for q in self._call("queues", self.client.smembers, self._key("queues")))
+        return sorted(_text(q) for q in self.call("queues", self.client.smembers, self._key("queues")))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -750,7 +744,7 @@ class RedisQueue(ShowsUrl):
             for batch in _batched(self.client.scan_iter(match=pattern, count=1000), 500):
                 self.client.unlink(*batch)
 
-        self._call("destroy", run)
+        self.call("destroy", run)
 
     def close(self) -> None:
         if self._closed:
@@ -787,15 +781,6 @@ def _pack(command: Sequence[Any]) -> list[bytes | bytearray | memoryview]:
             parts.append(b"$%d\r\n%b\r\n" % (len(data), bytes(data)))
     out.append(b"".join(parts))
     return out
-
-
-def check_claim(queue: str, lease: float, limit: int) -> None:
-    """Refuse a claim no engine could serve, naming the field and the fix."""
-    check_queue_name(queue)
-    if not isinstance(lease, int | float) or not lease > 0 or not math.isfinite(lease):
-        raise SubmitError(f"claim on queue {queue!r}: lease={lease!r} must be a positive number of seconds")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise SubmitError(f"claim on queue {queue!r}: limit={limit!r} must be an integer >= 1")
 
 
 def _glob_escape(text: str) -> str:

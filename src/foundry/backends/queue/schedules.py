@@ -124,28 +124,30 @@ class SqlSchedules:
 
         def create(conn: Any) -> None:
             if postgres is not None:  # concurrent CREATE ... IF NOT EXISTS can collide: serialise
-                self._q._one(conn, "SELECT pg_advisory_xact_lock(hashtext(?))", (f"foundry:{self.table}",))
-            self._q._run(conn, self._ddl)
+                self._q.fetch_one(
+                    conn, "SELECT pg_advisory_xact_lock(hashtext(?))", (f"foundry:{self.table}",)
+                )
+            self._q.execute(conn, self._ddl)
 
-        self._q._commit(create, lambda _: ())
+        self._q.commit(create, lambda _: ())
         self._ready = True
 
     def advance(self, record: ScheduleRecord) -> bool:
         self._create()
         r = record
         params = (r.name, r.expression, r.tz, float(r.last_tick), r.last_job, r.updated_at or time.time())
-        written = self._q._commit(lambda conn: self._q._run(conn, self._upsert, params), lambda _: ())
+        written = self._q.commit(lambda conn: self._q.execute(conn, self._upsert, params), lambda _: ())
         return written > 0
 
     def get(self, name: str) -> ScheduleRecord | None:
         self._create()
-        row = self._q._query(lambda conn: self._q._one(conn, self._select + " WHERE name = ?", (name,)))
+        row = self._q.query(lambda conn: self._q.fetch_one(conn, self._select + " WHERE name = ?", (name,)))
         return None if row is None else _record(*row)
 
     def records(self) -> list[ScheduleRecord]:
         self._create()
-        rows = self._q._query(
-            lambda conn: self._q._all(conn, f"{self._select} ORDER BY name LIMIT {MAX_RECORDS}")
+        rows = self._q.query(
+            lambda conn: self._q.fetch_all(conn, f"{self._select} ORDER BY name LIMIT {MAX_RECORDS}")
         )
         return [r for r in (_record(*row) for row in rows) if r is not None]
 
@@ -190,7 +192,7 @@ class RedisSchedules:
         def call() -> Any:
             return self._advance(keys=[self.key], args=[r.name, body, repr(float(r.last_tick))])
 
-        return bool(self._q._call("schedule advance", call))
+        return bool(self._q.call("schedule advance", call))
 
     @staticmethod
     def _decode(name: Any, raw: Any) -> ScheduleRecord | None:
@@ -211,14 +213,14 @@ class RedisSchedules:
         )
 
     def get(self, name: str) -> ScheduleRecord | None:
-        raw = self._q._call("schedule get", self._q.client.hget, self.key, name)
+        raw = self._q.call("schedule get", self._q.client.hget, self.key, name)
         return None if raw is None else self._decode(name, raw)
 
     def records(self) -> list[ScheduleRecord]:
         found: list[ScheduleRecord] = []
         cursor: Any = 0
         while True:
-            cursor, chunk = self._q._call(
+            cursor, chunk = self._q.call(
                 "schedule records", self._q.client.hscan, self.key, cursor, None, 500
             )
             for name, raw in chunk.items():

@@ -45,15 +45,21 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from foundry.backends._doorbell import Doorbell, supported
-from foundry.backends._sql_common import make_pool, sqlite_error, sqlite_file, storage_error
+from foundry.backends._sql_common import (
+    make_pool,
+    parse_sql_url,
+    sqlite_connect,
+    sqlite_error,
+    sqlite_file,
+    storage_error,
+)
+from foundry.backends._urls import seconds_option
+from foundry.backends.queue._common import Signals
 from foundry.backends.queue._sql import (
     ADDED_COLUMNS,
     INSERT_COLS,
-    Signals,
     SqlQueue,
     insert_params,
-    parse_url,
-    positive,
 )
 from foundry.backends.queue.base import Capabilities, Enqueued, NewJob
 from foundry.config import safe_url
@@ -151,15 +157,13 @@ class _File:
 
     def connect(self, timeout: float) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=timeout)
+            conn = sqlite_connect(self.path, timeout=timeout, synchronous=self.synchronous)
         except sqlite3.Error as exc:
             what = f"queue sqlite:///{self.path}"
             raise storage_error(exc, what, self.path) or BackendUnavailableError(
                 f"{what}: cannot open the file ({exc}). Fix: check the path and its permissions"
             ) from exc
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread does it, off the hot path
         except BaseException:
             conn.close()
@@ -374,7 +378,7 @@ class SqliteQueue(SqlQueue):
     )
 
     def __init__(self, url: str) -> None:
-        parts, query, prefix = parse_url(url, ("synchronous", "busy_timeout", "poll", "pool"))
+        parts, query, prefix = parse_sql_url("queue", url, ("synchronous", "busy_timeout", "poll", "pool"))
         super().__init__(url, prefix=prefix)
         self._temporary = parts.scheme == "memory"
         if self._temporary:
@@ -389,9 +393,9 @@ class SqliteQueue(SqlQueue):
                 f"queue URL {safe_url(url)!r}: synchronous={synchronous.lower()!r} is not a SQLite setting. "
                 "Fix: use synchronous=normal (default) or synchronous=full"
             )
-        busy = positive(url, query, "busy_timeout", 30.0)
-        poll = positive(url, query, "poll", 0.002)
-        size = int(positive(url, query, "pool", 8))
+        busy = seconds_option("queue", url, query, "busy_timeout", 30.0)
+        poll = seconds_option("queue", url, query, "poll", 0.002)
+        size = int(seconds_option("queue", url, query, "pool", 8))
         self._file = _acquire(self.path, synchronous, busy, poll)
         self.signals = self._file.signals
         self._pool = make_pool(

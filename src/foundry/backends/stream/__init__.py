@@ -15,9 +15,9 @@ Every engine passes the same conformance suite (``tests/streams``).
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from foundry.backends._registry import Engine, Registry
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
@@ -34,10 +34,10 @@ from foundry.backends.stream.base import (
     derived_id,
     partition_for,
 )
-from foundry.config import check_url, safe_url
 from foundry.errors import ConfigError
 
 __all__ = [
+    "ENGINES",
     "Appended",
     "Capabilities",
     "DeadLetter",
@@ -55,14 +55,11 @@ __all__ = [
     "partition_for",
 ]
 
-# scheme -> (module, class, the driver it imports, the extra that installs that driver)
-_ENGINES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
-    "sqlite": ("foundry.backends.stream.sqlite", "SqliteStreamBackend", (), ""),
-    "memory": ("foundry.backends.stream.sqlite", "SqliteStreamBackend", (), ""),
-    "nats": ("foundry.backends.stream.nats", "NatsStreamBackend", ("nats",), "nats"),
-    "redis": ("foundry.backends.stream.redis", "RedisStreamBackend", ("redis",), "redis"),
-}
-_ENGINES["rediss"] = _ENGINES["redis"]  # TLS
+# scheme -> the engine's module and class, and the extra that installs its driver
+ENGINES = Registry("stream", __name__)
+ENGINES.add(("sqlite", "memory"), Engine(".sqlite", "SqliteStreamBackend"))
+ENGINES.add(("nats",), Engine(".nats", "NatsStreamBackend", "nats", ("nats",)))
+ENGINES.add(("redis", "rediss"), Engine(".redis", "RedisStreamBackend", "redis", ("redis",)))
 
 
 def open_stream_backend(url: str, **options: Any) -> StreamBackend:
@@ -73,17 +70,5 @@ def open_stream_backend(url: str, **options: Any) -> StreamBackend:
     """
     if not isinstance(url, str) or not url:
         raise ConfigError(f"stream backend URL {url!r} is not a URL. Fix: e.g. sqlite:///stream.db")
-    check_url("stream", url)
-    module_name, class_name, drivers, extra = _ENGINES[url.split("://", 1)[0].lower()]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        root = (exc.name or "").split(".")[0]
-        if root in drivers:
-            raise ConfigError(
-                f"stream URL {safe_url(url)!r} needs the {root!r} client library, which is not installed. "
-                f'Fix: pip install "foundry-exec[{extra}]"'
-            ) from exc
-        raise
-    backend: StreamBackend = getattr(module, class_name)(url, **options)
+    backend: StreamBackend = ENGINES.load(url)(url, **options)
     return backend

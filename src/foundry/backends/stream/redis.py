@@ -2,7 +2,8 @@
 
 URL: ``redis://host:6379/0`` (``rediss://`` for TLS) with the option ``prefix=`` (default
 ``foundry:stream``) that keeps apps sharing a server apart. Every key of a stream shares
-one hash tag, ``{<prefix>:<stream>}``, so the scripts below stay valid on Redis Cluster.
+one hash tag, ``{<prefix>:<stream>}``, so the scripts (``redis_lua/*.lua``, beside this
+file) stay valid on Redis Cluster.
 ``socket_timeout``, ``socket_connect_timeout``, ``health_check_interval`` and
 ``client_name`` are passed to redis-py; so are, with ``rediss://`` only,
 ``ssl_ca_certs=<CA file>``, ``ssl_certfile=``/``ssl_keyfile=``,
@@ -47,11 +48,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
 
+from foundry.backends._lua import lua_scripts
 from foundry.backends._urls import (
     REDIS_PASSED,
     REDIS_TLS,
@@ -59,6 +61,7 @@ from foundry.backends._urls import (
     refused_certificate,
     safe_url,
     tls_options,
+    url_options,
 )
 from foundry.backends.stream._common import (
     CheckedRead,
@@ -97,356 +100,6 @@ _DEAD_MAXLEN = 100_000
 _HEAD = struct.Struct(">HI")  # partition, length of the blob that follows
 _LEN = struct.Struct(">I")
 
-_LIB = """
-local MAXSEQ = '-18446744073709551615'
-local function num(id) return tonumber(string.match(id, '^(%d+)')) end
-local function fmt(n) return string.format('%d', n) end
-local function last_delivered(key, group)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', key)
-  if not ok then return nil end
-  for _, g in ipairs(groups) do
-    local name, ld
-    for j = 1, #g, 2 do
-      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then ld = g[j + 1] end
-    end
-    if name == group then return ld end
-  end
-  return nil
-end
-local function first_offset(key, last)
-  local e = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
-  if #e == 0 then return last + 1 end
-  return num(e[1][1])
-end
-local function field(entry, name)
-  for j = 1, #entry[2], 2 do if entry[2][j] == name then return entry[2][j + 1] end end
-  return nil
-end
--- one string per entry ("<#m> <id> " .. m .. d, or "<#m>,<#t> <id> " .. m .. t .. d with
--- a trace context t): a fifth of the reply items to parse.
--- An entry without both fields (written by someone else) comes as {id, {fields}}: the
--- client hands it out as malformed, for the group to dead-letter, never drops it.
-local function pack(entries)
-  local out = {}
-  for _, e in ipairs(entries) do
-    local m, d, t = field(e, 'm'), field(e, 'd'), field(e, 't')
-    if m and d and t then
-      out[#out + 1] = #m .. ',' .. #t .. ' ' .. e[1] .. ' ' .. m .. t .. d
-    elseif m and d then
-      out[#out + 1] = #m .. ' ' .. e[1] .. ' ' .. m .. d
-    else
-      out[#out + 1] = {e[1], e[2]}
-    end
-  end
-  return out
-end
--- entry field m = "<ts> <cumulative bytes> <#id> <k|->" .. id .. key.
--- The offset and the `name` value (t: ts, c: cum) of the first of Foundry's entries in
--- [off, hi] (foreign entries, without a readable m, are passed over); nil if none.
-local function at_or_after(key, off, hi, name)
-  local entries = redis.call('XRANGE', key, fmt(off) .. '-0', fmt(hi) .. MAXSEQ, 'COUNT', 8)
-  for _, e in ipairs(entries) do
-    local m = field(e, 'm')
-    if m then
-      local ts, cum = string.match(m, '^(%S+) (%S+)')
-      local v = tonumber(name == 't' and (ts or '') or (cum or ''))
-      if v then return num(e[1]), v end
-    end
-  end
-  return nil
-end
--- the largest offset in [lo, hi] whose `name` (t or c) is < value (lo - 1 if none); the
--- offsets may have holes (an append after a foreign entry skips past its id)
-local function last_below(key, lo, hi, name, value)
-  local answer = lo - 1
-  while lo <= hi do
-    local mid = math.floor((lo + hi) / 2)
-    local o, v = at_or_after(key, mid, hi, name)
-    if o == nil or v >= value then hi = mid - 1 else answer = o; lo = o + 1 end
-  end
-  return answer
-end
--- every pending id of `group` at or below offset `upto` (whatever the sequence part: a
--- foreign entry's id may have one)
-local function ack_upto(key, group, upto)
-  local total = 0
-  while true do
-    local pend = redis.call('XPENDING', key, group, '-', upto .. MAXSEQ, 1000)
-    if #pend == 0 then return total end
-    local ids = {}
-    for i, e in ipairs(pend) do ids[i] = e[1] end
-    redis.call('XACK', key, group, unpack(ids))
-    total = total + #ids
-    if #pend < 1000 then return total end
-  end
-end
-"""
-
-# KEYS[1] meta hash. ARGV: tag, now, dedup ms, maxlen, events. `events` packs each event as
-# >H partition, >I len + blob, >I len + payload (one argument: packing thousands of
-# arguments costs the client more than the whole script costs the server), where
-# blob = "<#id> <k|->" .. id .. key, the tail of the entry's m field.
-# Returns {partition, first new offset, ...}, {event index, "<partition>:<offset>", ...}
-# for the duplicates and {event index, offset, ...} for the events placed past a foreign
-# entry's id (not at the previous offset + 1); the client numbers the others itself.
-_APPEND = (
-    _LIB
-    + """
-local tag, now, dedup, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local data = ARGV[5]
-local parts, blobs, payloads, traces, ids = {}, {}, {}, {}, {}
-local pos, size = 1, #data
-while pos <= size do
-  local p, blob, payload, trace
-  p, blob, payload, trace, pos = struct.unpack('>HI4c0I4c0I4c0', data, pos)
-  parts[#parts + 1], blobs[#blobs + 1], payloads[#payloads + 1] = tostring(p), blob, payload
-  traces[#traces + 1] = trace
-  local n, rest = string.match(blob, '^(%d+) (.*)$')
-  ids[#ids + 1] = string.sub(rest, 2, 1 + tonumber(n))
-end
--- Dedup: event ids live in hashes per time bucket of `dedup` ms; an id is found in the
--- current or the previous bucket, so it is remembered for between one and two windows.
-local seen, fresh_ids, dups = {}, {}, {}
-local cur, prev
-if dedup > 0 then
-  local bucket = math.floor(now * 1000 / dedup)
-  cur, prev = tag .. ':ids:' .. fmt(bucket), tag .. ':ids:' .. fmt(bucket - 1)
-  for c = 1, #ids, 1000 do
-    local chunk = {}
-    for j = c, math.min(c + 999, #ids) do chunk[#chunk + 1] = ids[j] end
-    local a = redis.call('HMGET', cur, unpack(chunk))
-    local b = redis.call('HMGET', prev, unpack(chunk))
-    for j = 1, #chunk do
-      local hit = a[j] or b[j]
-      if hit and seen[chunk[j]] == nil then seen[chunk[j]] = hit end
-    end
-  end
-end
--- XADD at offset `off`, or just past a higher id someone else put in the partition (an
--- XADD with '*' outside Foundry): the offset it got
-local function xadd(key, maxlen, off, m, payload, trace)
-  local fields = {'m', m, 'd', payload}
-  if trace ~= '' then fields[5], fields[6] = 't', trace end  -- the W3C trace context, when traced
-  for _ = 1, 2 do
-    local ok, err
-    if maxlen > 0 then
-      ok, err = pcall(redis.call, 'XADD', key, 'MAXLEN', maxlen, fmt(off) .. '-0', unpack(fields))
-    else
-      ok, err = pcall(redis.call, 'XADD', key, fmt(off) .. '-0', unpack(fields))
-    end
-    if ok then return off end
-    local info = redis.call('XINFO', 'STREAM', key)
-    local top = nil
-    for j = 1, #info, 2 do if info[j] == 'last-generated-id' then top = num(info[j + 1]) end end
-    if top == nil or top < off then error(err) end
-    off = top + 1
-  end
-  return redis.error_reply('ERR could not append past the foreign entries of ' .. key)
-end
-local last, lts, stamp, cum, firsts, jumps = {}, {}, {}, {}, {}, {}
-for k = 1, #parts do
-  local p, blob, payload = parts[k], blobs[k], payloads[k]
-  if last[p] == nil then
-    local m = redis.call('HMGET', KEYS[1], 'last:' .. p, 'ts:' .. p, 'cum:' .. p)
-    last[p], lts[p], cum[p] = tonumber(m[1] or '0'), tonumber(m[2] or '0'), tonumber(m[3] or '0')
-    if now > lts[p] then lts[p] = now end
-    stamp[p] = string.format('%.6f', lts[p])
-    firsts[#firsts + 1] = tonumber(p)
-    firsts[#firsts + 1] = last[p] + 1
-  end
-  local hit = dedup > 0 and seen[ids[k]]
-  if hit then
-    dups[#dups + 1] = k - 1
-    dups[#dups + 1] = hit
-  else
-    local off = last[p] + 1
-    cum[p] = cum[p] + #payload
-    local m = stamp[p] .. ' ' .. fmt(cum[p]) .. ' ' .. blob
-    local placed = xadd(tag .. ':p:' .. p, maxlen, off, m, payload, traces[k])
-    if placed ~= off then
-      jumps[#jumps + 1] = k - 1
-      jumps[#jumps + 1] = placed
-      off = placed
-    end
-    last[p] = off
-    if dedup > 0 then
-      local where = p .. ':' .. fmt(off)
-      seen[ids[k]] = where
-      fresh_ids[#fresh_ids + 1] = ids[k]
-      fresh_ids[#fresh_ids + 1] = where
-    end
-  end
-end
-for c = 1, #fresh_ids, 1000 do
-  redis.call('HSET', cur, unpack(fresh_ids, c, math.min(c + 999, #fresh_ids)))
-end
-if #fresh_ids > 0 then redis.call('PEXPIRE', cur, 2 * dedup + 1000) end
-for p, v in pairs(last) do
-  redis.call('HSET', KEYS[1], 'last:' .. p, fmt(v), 'ts:' .. p, stamp[p], 'cum:' .. p, fmt(cum[p]))
-end
-return {firsts, dups, jumps}
-"""
-)
-
-# KEYS[1] partition stream. ARGV: group, consumer, max, ack ms
-_READ = (
-    _LIB
-    + """
-local key, group, consumer, max, ack = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local pend = redis.call('XPENDING', key, group, '-', '+', max)
-if #pend > 0 then
-  local ids, counts = {}, {}
-  for i, e in ipairs(pend) do
-    if e[3] < ack then break end
-    ids[i] = e[1]; counts[i] = e[4]
-  end
-  if #ids == 0 then return {'wait'} end
-  local r = redis.call('XAUTOCLAIM', key, group, consumer, ack, ids[1], 'COUNT', #ids)
-  return {'claimed', pack(r[2]), r[3] or {}, ids, counts}
-end
-local ld = last_delivered(key, group)
-if ld == nil then return redis.error_reply('NOGROUP no such consumer group') end
-local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', max, 'STREAMS', key, '>')
-if not r then return {'new', {}, ld} end
-return {'new', pack(r[1][2]), ld}
-"""
-)
-
-# KEYS[1] partition stream. ARGV: group, offset
-_COMMIT = (
-    _LIB
-    + """
-if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
-return ack_upto(KEYS[1], ARGV[1], ARGV[2])
-"""
-)
-
-# KEYS[1] partition stream, KEYS[2] dead stream. ARGV: group, offset, then field/value pairs
-_DEAD = (
-    _LIB
-    + """
-if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
-local fields = {}
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', """
-    + str(_DEAD_MAXLEN)
-    + """, '*', unpack(fields))
-return ack_upto(KEYS[1], ARGV[1], ARGV[2])
-"""
-)
-
-# KEYS[1] partition stream. ARGV: group, consumer
-_EXTEND = """
-local pend = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10000, ARGV[2])
-if #pend == 0 then return 0 end
-local ids = {}
-for i, e in ipairs(pend) do ids[i] = e[1] end
-for i = 1, #ids, 1000 do
-  local chunk = {}
-  for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = ids[j] end
-  chunk[#chunk + 1] = 'JUSTID'
-  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(chunk))
-end
-return #ids
-"""
-
-# KEYS[1] meta, KEYS[2] groups set, KEYS[3..] partition streams. ARGV: group, then start id per partition
-_CREATE_GROUP = """
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
-for i = 3, #KEYS do
-  local ok, err = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[i], ARGV[1], ARGV[i - 1], 'MKSTREAM')
-  if not ok and not string.find(tostring(err), 'BUSYGROUP') then return redis.error_reply(tostring(err)) end
-  if not ok then redis.call('XGROUP', 'SETID', KEYS[i], ARGV[1], ARGV[i - 1]) end
-end
-redis.call('SADD', KEYS[2], ARGV[1])
-return 1
-"""
-
-# KEYS[1] partition stream. ARGV: group, start id: drop the PEL, move the group
-_SEEK = (
-    _LIB
-    + """
-if last_delivered(KEYS[1], ARGV[1]) == nil then return redis.error_reply('NOGROUP no such consumer group') end
-ack_upto(KEYS[1], ARGV[1], '18446744073709551615')
-redis.call('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
-return 1
-"""
-)
-
-# KEYS[1] meta, KEYS[2] partition stream. ARGV: partition, group ('' for none), time (or '')
-# -> {first, last, ts of first, offset of first entry at/after time, committed, pending, floor}
-# floor: the lowest offset a replay may ask for (1 when nothing was ever removed from the
-# partition: offsets below the first entry were never used — skipped past a foreign id)
-_LOCATE = (
-    _LIB
-    + """
-local last = tonumber(redis.call('HGET', KEYS[1], 'last:' .. ARGV[1]) or '0')
-local first = first_offset(KEYS[2], last)
-local floor = first
-if first > 1 then
-  local ok, info = pcall(redis.call, 'XINFO', 'STREAM', KEYS[2])
-  if not ok then info = {} end
-  local added, length
-  for j = 1, #info, 2 do
-    if info[j] == 'entries-added' then added = info[j + 1] end
-    if info[j] == 'length' then length = info[j + 1] end
-  end
-  if added ~= nil and added == length then floor = 1 end
-end
-local first_ts = 0
-if first <= last then
-  local _, ts = at_or_after(KEYS[2], first, last, 't')
-  first_ts = ts or 0
-end
-local target = -1
-if ARGV[3] ~= '' then target = last_below(KEYS[2], first, last, 't', tonumber(ARGV[3])) + 1 end
-local committed, pending = -1, 0
-if ARGV[2] ~= '' then
-  local ld = last_delivered(KEYS[2], ARGV[2])
-  if ld == nil then return redis.error_reply('NOGROUP no such consumer group') end
-  committed = num(ld)
-  local summary = redis.call('XPENDING', KEYS[2], ARGV[2])
-  pending = summary[1]
-  if pending > 0 then committed = num(summary[2]) - 1 end
-end
-return {
-  fmt(first), fmt(last), string.format('%.6f', first_ts), fmt(target),
-  fmt(committed), fmt(pending), fmt(floor)
-}
-"""
-)
-
-# KEYS[1] meta, KEYS[2] partition stream. ARGV: partition, age cutoff ('' none), max bytes ('' none)
-_TRIM = (
-    _LIB
-    + """
-local last = tonumber(redis.call('HGET', KEYS[1], 'last:' .. ARGV[1]) or '0')
-local cum = tonumber(redis.call('HGET', KEYS[1], 'cum:' .. ARGV[1]) or '0')
-local first = first_offset(KEYS[2], last)
-if first > last then return 0 end
-local cut = first - 1
-if ARGV[2] ~= '' then cut = math.max(cut, last_below(KEYS[2], first, last, 't', tonumber(ARGV[2]))) end
-if ARGV[3] ~= '' and cum > tonumber(ARGV[3]) then
-  cut = math.max(cut, last_below(KEYS[2], first, last, 'c', cum - tonumber(ARGV[3]) + 1))
-end
-if cut < first then return 0 end
-return redis.call('XTRIM', KEYS[2], 'MINID', fmt(cut + 1) .. '-0')
-"""
-)
-
-# KEYS[1] lease key. ARGV: consumer, ttl ms
-_ACQUIRE = """
-local owner = redis.call('GET', KEYS[1])
-if owner and owner ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 _PASSED = REDIS_PASSED
 
 
@@ -454,13 +107,7 @@ def _parse(url: str) -> tuple[str, str]:
     """The redis-py URL (the options it takes, TLS ones checked) and the key prefix."""
     shown = safe_url(url)
     parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    unknown = sorted(k for k in query if k != "prefix" and k not in _PASSED and k not in REDIS_TLS)
-    if unknown:
-        raise ConfigError(
-            f"stream URL {shown!r}: unknown option(s) {', '.join(unknown)}. "
-            f"Fix: use only {', '.join(('prefix', *_PASSED, *REDIS_TLS))}"
-        )
+    query = url_options("stream", url, ("prefix",), _PASSED, REDIS_TLS)
     tls_options("stream", url, query, REDIS_TLS)
     prefix = query.pop("prefix", "foundry:stream")
     if not prefix or "{" in prefix or "}" in prefix:
@@ -591,19 +238,7 @@ class RedisStreamBackend(ShowsUrl, CheckedRead):
             ) from exc
         self._scripts = {
             name: self._r.register_script(text)
-            for name, text in (
-                ("append", _APPEND),
-                ("read", _READ),
-                ("commit", _COMMIT),
-                ("dead", _DEAD),
-                ("extend", _EXTEND),
-                ("create_group", _CREATE_GROUP),
-                ("seek", _SEEK),
-                ("locate", _LOCATE),
-                ("trim", _TRIM),
-                ("acquire", _ACQUIRE),
-                ("release", _RELEASE),
-            )
+            for name, text in lua_scripts(__package__ or "foundry.backends.stream", "redis_lua").items()
         }
         self._configs: dict[str, StreamConfig] = {}
         self._last_trim: dict[str, float] = {}

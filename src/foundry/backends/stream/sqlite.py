@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from foundry.backends._doorbell import Wakeups
+from foundry.backends._sql_common import sqlite_connect
 from foundry.backends._urls import ShowsUrl
 from foundry.backends.stream._common import CheckedRead, event_letter, gap_letter
 from foundry.backends.stream.base import (
@@ -291,12 +292,9 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
         if self._closed:
             raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
         try:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn = sqlite_connect(str(self.path), timeout=30.0, synchronous=self._sync)
         except sqlite3.Error as exc:
             raise BackendUnavailableError(f"cannot open the stream log {self.path}: {exc}") from exc
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self._sync.upper()}")
-        conn.execute("PRAGMA busy_timeout=30000")
         self._local.conn = conn
         with self._conns_lock:
             self._conns.append(conn)
