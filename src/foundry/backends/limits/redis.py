@@ -1,15 +1,15 @@
 """The Redis limits engine: the queue's Redis (``redis://host:6379/0?prefix=p``), keys
 ``<prefix>:limits:…``: a hash per bucket (tokens, time), a sorted set of slot holders
-by lease deadline per scope. Every call is one Lua script (``limits.lua``, beside this
+by lease deadline per scope. Every call is one Lua script (``redis_lua/limits.lua``, beside this
 module), atomic on the server and timed by Redis's ``TIME``; idle scopes' keys expire."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from foundry.backends._lua import lua_scripts
 from foundry.backends._urls import REDIS_PASSED, REDIS_TLS, tls_options
 from foundry.backends.limits.base import SLOT_POLL, Limit, Verdict, check_limit
 from foundry.config import safe_url
@@ -17,7 +17,7 @@ from foundry.errors import BackendError, BackendUnavailableError, ConfigError
 
 __all__ = ["RedisLimits"]
 
-SCRIPT = files("foundry.backends.limits").joinpath("limits.lua").read_text(encoding="utf-8")
+SCRIPT = lua_scripts("foundry.backends.limits", "redis_lua")["limits"]
 
 
 class RedisLimits:
