@@ -192,6 +192,15 @@ class WorkUnit(Generic[P, R]):
                 'use timeout= (it bounds one run), or declare model="pool"',
             )
         check_limits(name, fn, traits, self.decision)
+        if traits.result_ttl is not None and self.decision.delivery != "queue":
+            raise DeclarationError(
+                name,
+                "result_ttl",
+                traits.result_ttl,
+                f"is how long a queue job's result is kept, and this unit runs on {self.decision.model}, "
+                "which keeps its result in the handle only",
+                "declare durable=True (a queue job), or drop result_ttl=",
+            )
         self.is_async = inspect.iscoroutinefunction(fn)
         if traits.adaptive or any(t.adaptive for t in self.phase_traits.values()):
             check_adaptive(self)

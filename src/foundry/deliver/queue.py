@@ -171,7 +171,8 @@ class JobSource:
         if state is None:
             raise NotFoundError(
                 f"unit {self.unit!r}: job {self.id} is not in queue {self._backend.url} (never submitted "
-                "there, or purged after its result_ttl). Fix: check the id and the queue URL"
+                "there, or purged after its result_ttl: a finished job is kept for its unit's result_ttl=, "
+                "7 days by default). Fix: check the id and the queue URL, or declare a longer result_ttl="
             )
         if state.status in FINISHED:
             self._final = state
@@ -487,6 +488,7 @@ class QueueRunner:
             max_deliveries=self.max_deliveries,
             timeout=options.timeout if options.timeout is not None else traits.timeout,
             trace=trace,
+            **({} if traits.result_ttl is None else {"result_ttl": traits.result_ttl}),
         )
 
     def _enqueue(self, job: NewJob) -> Enqueued:
@@ -547,7 +549,8 @@ def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
     if state is None:
         raise NotFoundError(
             f"no job {job_id!r} in queue {rt.backend.url} (never submitted there, or purged after its "
-            "result_ttl). Fix: check the id, and that this process uses the submitter's queue URL"
+            "result_ttl: a finished job is kept for its unit's result_ttl=, 7 days by default). Fix: check "
+            "the id, and that this process uses the submitter's queue URL, or declare a longer result_ttl="
         )
     try:
         spec: UnitSpec | None = ctx.lookup(state.unit)
