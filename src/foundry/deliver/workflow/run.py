@@ -918,7 +918,9 @@ class Run:
         rt = self.rt
         if self.journal(rt.journal.finish, self.claim.id, self.token, WorkflowStatus.SUCCEEDED, result=data):
             rt.count_outcome(self.claim.name, WorkflowStatus.SUCCEEDED)
-            return Outcome(value=self.codec.decode(data))
+            value = self.codec.decode(data)  # (what every later reader gets: the journal's copy)
+            types = payloads_for(self.spec.name, self.spec.fn)
+            return Outcome(value=types.load_result(value, what=f"the result of workflow run {self.claim.id}"))
         self.cancel_requested = True
         pos = self.pos
         self.pos += 1
