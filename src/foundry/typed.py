@@ -61,6 +61,7 @@ class _Mismatch(Exception):
     def __init__(self, where: str, expected: str, value: Any, fix: str = "") -> None:
         super().__init__(where)
         self.where, self.expected, self.value, self.fix = where, expected, value, fix
+        self.declared = expected  # the parameter's whole annotation (set where it is known)
 
 
 class _Bad(Exception):
@@ -194,10 +195,9 @@ def _tag_value(data: Any, tag: str, name: str, where: str) -> Any:
 
 
 def _load_decimal(text: str) -> Decimal:
-    value = Decimal(text)
     if len(text) > 4_000:
         raise ValueError("longer than 4000 characters")
-    return value
+    return Decimal(text)
 
 
 def _load_bytes(text: str) -> bytes:
@@ -628,7 +628,7 @@ class Payloads:
             out_args = [self._dump_one(i, None, v, convert) for i, v in enumerate(args)]
             out_kwargs = {k: self._dump_one(None, k, v, convert) for k, v in kwargs.items()}
         except _Mismatch as exc:
-            declared = self._declared(exc.where)
+            declared = exc.declared
             inner = f" (expected {exc.expected} there)" if exc.expected != declared else ""
             raise SubmitError(
                 f"unit {self.unit!r}: parameter {exc.where} is declared {declared}, and "
@@ -642,14 +642,13 @@ class Payloads:
         sig = self._sig
         return "" if sig is None else ", ".join(str(p).split(":", 1)[0] for p in sig.parameters.values())
 
-    def _declared(self, where: str) -> str:
-        name = where.split("[", 1)[0].split(".", 1)[0].split(" ", 1)[0].lstrip("*")
-        conv = self._convs.get(name)
-        return conv.name if conv is not None else "Any"
-
     def _dump_one(self, index: int | None, name: str | None, value: Any, convert: bool) -> Any:
         where, conv = self._conv_of(index, name)
-        data = conv.dump(value, where)
+        try:
+            data = conv.dump(value, where)
+        except _Mismatch as exc:
+            exc.declared = conv.name
+            raise
         return data if convert else value
 
     def _load_one(self, index: int | None, name: str | None, data: Any) -> Any:
