@@ -21,7 +21,7 @@ from foundry.backends.queue import JobStatus, NewJob, open_queue_backend
 from foundry.errors import DeadLetteredError, RecordError, SubmitError
 from tests.backends.queue.engines import ENGINES
 from tests.deliver import typed_app
-from tests.deliver._env import Env
+from tests.deliver._env import Env, python
 from tests.deliver.typed_app import Customer, Line, Order, Parcel, Receipt, Tier
 
 AWARE = dt.datetime(2024, 3, 31, 1, 59, 59, 999_999, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-30)))
@@ -108,6 +108,26 @@ def test_typed_arguments_and_results_round_trip_on_every_engine(
         "$type": "datetime",
         "value": "x",
     }
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_worker_in_another_process_rebuilds_the_declared_types(
+    make_env: Callable[[str], Env], engine: str
+) -> None:
+    # Given typed jobs submitted here, and a worker in another process that imports the units' module
+    env = make_env(engine)
+    typed_app.make_units(env.app)
+    order, customer = an_order(), a_customer()
+    receipt = env.unit("invoice").submit(order, customer, dt.date(2025, 1, 1))
+    parcel = Parcel(Decimal("0.5"), uuid.uuid4(), NAIVE)
+    shipped = env.unit("ship").submit(parcel, [])
+    python("-m", "foundry.cli", "worker", "tests.deliver.typed_app:app", "--burst", "-q", queue=env.url)
+    # Then (the unit asserts the types it was given there) the results come back typed here
+    got = receipt.result(timeout=30)
+    assert type(got) is Receipt
+    assert got.total == Decimal("12345678901234567890.300001")
+    assert got.customer == customer
+    assert shipped.result(timeout=30) == [parcel]
 
 
 def test_a_wrong_type_is_refused_at_submit_naming_unit_parameter_value_and_fix(env: Env) -> None:

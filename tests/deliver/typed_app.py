@@ -159,3 +159,7 @@ def checkout(wf: Any, order: Order, run: str) -> Receipt:
     confirmation = wf.step(confirm, run)
     SEEN.append((type(total), type(ship), type(customer), type(confirmation)))
     return Receipt(order.id, total, ship.date(), customer, (ship.time(), dt.timedelta(0)))
+
+
+app = Foundry("typed-tests")  # for `foundry worker tests.deliver.typed_app:app` (queue from FOUNDRY_QUEUE)
+make_units(app)
