@@ -582,6 +582,11 @@ class Payloads:
         self._var_args = next((p for p in params if p.kind is p.VAR_POSITIONAL), None)
         self._var_kwargs = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
         self._convs = {p.name: _compile(hints.get(p.name, Any)) for p in params}
+        # positional-only calls within these counts fit the signature without binding it
+        self._min_args = sum(1 for p in self._positional if p.default is p.empty)
+        self._max_args = len(self._positional) if self._var_args is None else sys.maxsize
+        if any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params):
+            self._min_args = sys.maxsize  # a required keyword: always bind
         self.result = _compile(hints.get("return", Any))
         self.plain = all(c is ANY for c in self._convs.values())  # nothing declared: nothing to do
         self.plain_result = self.result is ANY
@@ -616,7 +621,8 @@ class Payloads:
         self._compile()
         if self.plain:
             return list(args), dict(kwargs)
-        if self._sig is not None:
+        fits = not kwargs and self._min_args <= len(args) <= self._max_args
+        if self._sig is not None and not fits:
             try:
                 self._sig.bind(*args, **kwargs)
             except TypeError as exc:
