@@ -49,6 +49,7 @@ __all__ = [
     "decide_phases",
     "phase_traits",
     "refuse_adaptive",
+    "refuse_result_ttl",
     "unit_error_types",
 ]
 
@@ -158,6 +159,18 @@ def refuse_adaptive(name: str, traits: Traits, what: str) -> None:
         )
 
 
+def refuse_result_ttl(name: str, traits: Traits, what: str, fix: str) -> None:
+    """``result_ttl=`` is a queue job's retention: refused where another one applies."""
+    if traits.result_ttl is not None:
+        raise DeclarationError(
+            name,
+            "result_ttl",
+            traits.result_ttl,
+            f"is how long a queue job's result is kept, and {what}",
+            fix,
+        )
+
+
 class WorkUnit(Generic[P, R]):
     """A function declared with ``@app.work(...)``: call it, submit it, map it.
 
@@ -192,13 +205,11 @@ class WorkUnit(Generic[P, R]):
                 'use timeout= (it bounds one run), or declare model="pool"',
             )
         check_limits(name, fn, traits, self.decision)
-        if traits.result_ttl is not None and self.decision.delivery != "queue":
-            raise DeclarationError(
+        if self.decision.delivery != "queue":
+            refuse_result_ttl(
                 name,
-                "result_ttl",
-                traits.result_ttl,
-                f"is how long a queue job's result is kept, and this unit runs on {self.decision.model}, "
-                "which keeps its result in the handle only",
+                traits,
+                f"this unit runs on {self.decision.model}, which keeps its result in the handle only",
                 "declare durable=True (a queue job), or drop result_ttl=",
             )
         self.is_async = inspect.iscoroutinefunction(fn)

@@ -79,5 +79,9 @@ def test_result_ttl_is_validated_at_declaration() -> None:
         with pytest.raises(DeclarationError, match=r"result_ttl.*Fix: declare durable=True"):
             app.work(result_ttl="1h", name="in_process")(queue_app.add)  # nothing stores its result
         assert app.work(durable=True, result_ttl="2d", name="ok")(queue_app.add).traits.result_ttl == 172800.0
+        with pytest.raises(DeclarationError, match=r"result_ttl.*a workflow's result stays in its journal"):
+            app.workflow(result_ttl="1h", name="flow")(lambda wf: None)
+        with pytest.raises(DeclarationError, match=r"result_ttl.*Fix: use retention="):
+            app.stream("events", result_ttl="1h")
     finally:
         app.close()
