@@ -657,6 +657,11 @@ class Payloads:
             raise
         return data if convert else value
 
+    def accepts(self, parameter: str, value: Any) -> bool:
+        """Whether ``value`` fits what the unit declares for keyword ``parameter``."""
+        self._compile()
+        return self._conv_of(None, parameter)[1].accepts(value)
+
     def _load_one(self, index: int | None, name: str | None, data: Any) -> Any:
         where, conv = self._conv_of(index, name)
         return conv.load(data, where)
