@@ -235,6 +235,26 @@ def test_hostile_argument_records_are_dead_lettered_with_the_reason(
     assert "evil_payload_module" not in sys.modules
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_record_naming_a_class_the_unit_does_not_declare_is_dead_lettered_on_every_engine(
+    make_env: Callable[[str], Env], engine: str
+) -> None:
+    env = make_env(engine)
+    typed_app.make_units(env.app)
+    forged = {"$type": "model", "class": "evil_engine_module.Boom", "value": {"cmd": "rm -rf /"}}
+    backend = open_queue_backend(env.url)
+    try:
+        done = backend.enqueue(_raw_job("ship", [forged, []]))
+        good = env.unit("ship").submit(Parcel(Decimal(1), uuid.UUID(int=3), NAIVE), [])
+        env.worker()
+        with pytest.raises(DeadLetteredError, match=r"refused job .*class 'evil_engine_module\.Boom'"):
+            env.app.job(done.id).result(timeout=30)
+        assert len(good.result(timeout=30)) == 1  # the hostile record touched no other job
+    finally:
+        backend.close()
+    assert "evil_engine_module" not in sys.modules
+
+
 def test_a_result_rewritten_in_the_store_is_refused_when_read(env: Env) -> None:
     # Given a typed job that succeeded
     typed_app.make_units(env.app)
