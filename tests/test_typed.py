@@ -4,6 +4,7 @@ and that a record never chooses what is built (the engines' round trips are in
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -178,3 +179,41 @@ def test_a_unit_without_annotations_is_left_alone() -> None:
     value = object()
     assert untyped.dump_call([value], {"b": value}) == ([value], {"b": value})  # not checked, not bound
     assert untyped.load_result({"$type": "uuid", "value": "x"}, what="r") == {"$type": "uuid", "value": "x"}
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    children: list[Node] = dataclasses.field(default_factory=list)
+    size: int = dataclasses.field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.size = 1 + sum(c.size for c in self.children)
+
+
+def tree(node: Node) -> Node:
+    return node
+
+
+def test_a_recursive_dataclass_round_trips_and_a_cycle_is_refused_at_submit() -> None:
+    types = payloads_for("tree", tree)
+    root = Node("root", [Node("a"), Node("b", [Node("c")])])
+    data = through_json(types.dump_call([root], {}))
+    (back,), _ = types.load_call(data[0], data[1], what="args")
+    assert back == root
+    assert back.size == 4  # computed by the class again, not read from the record
+    assert "size" not in json.dumps(data)
+    root.children.append(root)  # a cycle
+    with pytest.raises(
+        SubmitError, match=r"unit 'tree': the arguments are nested too deep \(or hold a cycle\)"
+    ):
+        types.dump_call([root], {})
+    deep: dict[str, Any] = {"name": "x", "children": []}
+    record = {"$type": "model", "class": f"{__name__}.Node", "value": deep}
+    for _ in range(5000):  # deeper than the interpreter recurses
+        deep["children"] = [
+            {"$type": "model", "class": f"{__name__}.Node", "value": {"name": "y", "children": []}}
+        ]
+        deep = deep["children"][0]["value"]
+    with pytest.raises(RecordError, match=r"refused args: the arguments: they are nested too deep"):
+        types.load_call([record], {}, what="args")

@@ -419,16 +419,24 @@ class _Model(_Conv):
     def fields(self) -> dict[str, _Conv]:
         if self._fields is None:
             hints = _hints(self.cls)
-            self._fields = {f.name: _compile(hints.get(f.name, Any)) for f in dataclasses.fields(self.cls)}
+            self._fields = {
+                f.name: _compile(hints.get(f.name, Any)) for f in dataclasses.fields(self.cls) if f.init
+            }  # (a field with init=False is the class's to compute, not the record's to give)
         return self._fields
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
             raise _Mismatch(where, self.name, value, f"pass {self.name}(...)")
-        if self.kind == "pydantic":
-            body: Any = value.model_dump(mode="json")
-        elif self.kind == "msgspec":
-            body = sys.modules["msgspec"].to_builtins(value)
+        if self.kind in ("pydantic", "msgspec"):
+            try:
+                body: Any = (
+                    value.model_dump(mode="json")
+                    if self.kind == "pydantic"
+                    else sys.modules["msgspec"].to_builtins(value)
+                )
+            except Exception as exc:  # a field the library cannot serialize
+                detail = f"make its fields serializable ({type(exc).__name__}: {str(exc)[:200]})"
+                raise _Mismatch(where, self.name, value, detail) from None
         else:
             body = {
                 name: conv.dump(getattr(value, name), f"{where}.{name}")
@@ -456,7 +464,7 @@ class _Model(_Conv):
             if unknown:
                 raise _Bad(where, f"{self.name} has no field {unknown[0]!r}")
             return self.cls(**{k: fields[k].load(v, f"{where}.{k}") for k, v in body.items()})
-        except _Bad:
+        except (_Bad, RecursionError):
             raise
         except Exception as exc:
             raise _Bad(
@@ -633,6 +641,11 @@ class Payloads:
         try:
             out_args = [self._dump_one(i, None, v, convert) for i, v in enumerate(args)]
             out_kwargs = {k: self._dump_one(None, k, v, convert) for k, v in kwargs.items()}
+        except RecursionError:
+            raise SubmitError(
+                f"unit {self.unit!r}: the arguments are nested too deep (or hold a cycle); nothing was "
+                "submitted. Fix: pass flatter data, or a reference to it"
+            ) from None
         except _Mismatch as exc:
             declared = exc.declared
             inner = f" (expected {exc.expected} there)" if exc.expected != declared else ""
@@ -674,6 +687,11 @@ class Payloads:
             return value
         try:
             return self.result.dump(value, "return")
+        except RecursionError:
+            raise SubmitError(
+                f"unit {self.unit!r}: {what} is nested too deep (or holds a cycle); it was not stored. "
+                "Fix: return flatter data, or a reference to it"
+            ) from None
         except _Mismatch as exc:
             at = "" if exc.where == "return" else f" (at {exc.where})"
             raise SubmitError(
@@ -697,6 +715,8 @@ class Payloads:
             out_kwargs = {k: self._load_one(None, k, v) for k, v in kwargs.items()}
         except _Bad as exc:
             raise self._refused(what, f"parameter {exc.where}", exc.reason) from None
+        except RecursionError:
+            raise self._refused(what, "the arguments", "they are nested too deep") from None
         return out_args, out_kwargs
 
     def load_result(self, data: Any, *, what: str) -> Any:
@@ -709,8 +729,12 @@ class Payloads:
         except _Bad as exc:
             at = "" if exc.where == "return" else f" at {exc.where}"
             raise self._refused(what, f"its return value{at}", exc.reason) from None
+        except RecursionError:
+            raise self._refused(what, "its return value", "it is nested too deep") from None
 
     def _refused(self, what: str, where: str, reason: str) -> RecordError:
+        if len(where) > 200:
+            where = f"{where[:120]}…{where[-60:]}"
         return RecordError(
             f"unit {self.unit!r}: refused {what}: {where}: {reason}. It was written by a submitter with "
             "another declaration of the unit, or by someone who can write to the store. Fix: run the same "
