@@ -76,7 +76,9 @@ SNIPPETS = collect()
 
 def _run(snippet: Snippet) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="foundry-snippet-") as tmp:
-        env = {**os.environ, "FOUNDRY_HOME": str(Path(tmp) / ".foundry"), "PYTHONPATH": str(ROOT)}
+        # this tree's foundry (src/) first, whatever an editable install points at, then the repository
+        path = os.pathsep.join((str(ROOT / "src"), str(ROOT)))
+        env = {**os.environ, "FOUNDRY_HOME": str(Path(tmp) / ".foundry"), "PYTHONPATH": path}
         env.pop("FOUNDRY_QUEUE", None)
         if snippet.language == "python":
             script = Path(tmp) / "snippet.py"

@@ -12,8 +12,8 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Never, overload
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Never, ParamSpec, TypeVar, overload
 
 from foundry.config import Settings, load_settings, unknown_argument_error
 from foundry.decide import Decision, Host
@@ -26,7 +26,10 @@ from foundry.schedules.schedule import FIELDS as SCHEDULE_FIELDS
 from foundry.schedules.schedule import Schedule, split_schedule, takes_tick
 from foundry.serialize import ErrorTypes
 from foundry.traits import Traits, traits_from_kwargs
-from foundry.units import WorkUnit, check_callable
+from foundry.units import WorkDecorator, WorkUnit, check_callable
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from foundry.execute.adaptive import PhaseMover
@@ -159,7 +162,34 @@ class Foundry:
         return name
 
     @overload
-    def work(self, fn: Callable[..., Any], /) -> WorkUnit: ...
+    def work(self, fn: Callable[P, Coroutine[Any, Any, R]], /) -> WorkUnit[P, R]: ...
+
+    @overload
+    def work(self, fn: Callable[P, R], /) -> WorkUnit[P, R]: ...
+
+    @overload
+    def work(
+        self,
+        fn: None = None,
+        /,
+        *,
+        partitionable: Literal[True],
+        name: str | None = None,
+        phases: Mapping[str, Mapping[str, Any]] | None = None,
+        **traits: Any,
+    ) -> Callable[[Callable[..., Any]], WorkUnit]: ...  # (parallel: submit takes the whole input)
+
+    @overload
+    def work(
+        self,
+        fn: None = None,
+        /,
+        *,
+        model: Literal["parallel", "direct/parallel"],
+        name: str | None = None,
+        phases: Mapping[str, Mapping[str, Any]] | None = None,
+        **traits: Any,
+    ) -> Callable[[Callable[..., Any]], WorkUnit]: ...
 
     @overload
     def work(
@@ -170,7 +200,7 @@ class Foundry:
         name: str | None = None,
         phases: Mapping[str, Mapping[str, Any]] | None = None,
         **traits: Any,
-    ) -> Callable[[Callable[..., Any]], WorkUnit]: ...
+    ) -> WorkDecorator: ...
 
     def work(
         self,
@@ -180,7 +210,7 @@ class Foundry:
         name: str | None = None,
         phases: Mapping[str, Mapping[str, Any]] | None = None,
         **traits: Any,
-    ) -> WorkUnit | Callable[[Callable[..., Any]], WorkUnit]:
+    ) -> WorkUnit | WorkDecorator | Callable[[Callable[..., Any]], WorkUnit]:
         """Declare a unit of work with its traits (see ``foundry.traits.Traits``)."""
 
         def register(target: Callable[..., Any]) -> WorkUnit:

@@ -20,11 +20,18 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from foundry.errors import CancelledError, FoundryError, ResultTimeoutError
 
 __all__ = ["FutureSource", "Handle", "Outcome", "Source", "Status", "completed_handle"]
+
+if TYPE_CHECKING:  # a bare ``Handle`` is ``Handle[Any]`` (PEP 696; the runtime needs no default)
+    from typing_extensions import TypeVar as _TypeVar
+
+    T_co = _TypeVar("T_co", covariant=True, default=Any)
+else:
+    T_co = TypeVar("T_co", covariant=True)
 
 
 class Status(StrEnum):
@@ -70,8 +77,13 @@ class Source(Protocol):
     def cancel(self) -> bool: ...
 
 
-class Handle:
-    """The caller's view of one submitted unit of work, whatever model runs it."""
+class Handle(Generic[T_co]):
+    """The caller's view of one submitted unit of work, whatever model runs it.
+
+    ``Handle[T]``: ``T`` is the unit's declared return type (``def resize(...) -> bytes``
+    gives ``Handle[bytes]`` from ``resize.submit(...)``), so ``result()`` and ``await
+    handle`` are typed for a type checker; at run time it is the same class for every ``T``.
+    """
 
     __slots__ = ("_source", "id", "unit")
 
@@ -87,7 +99,7 @@ class Handle:
     def done(self) -> bool:
         return self._source.status().finished
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> T_co:
         """The work's return value; re-raises its exception. Waits up to ``timeout`` s."""
         if not self._source.wait(timeout):
             raise ResultTimeoutError(
@@ -95,7 +107,8 @@ class Handle:
                 f"({self._status_now()}); the work may still finish. "
                 "Fix: wait longer, or check `handle.status`"
             )
-        return self._unwrap(self._source.outcome())
+        value: T_co = self._unwrap(self._source.outcome())  # (a Source carries values untyped)
+        return value
 
     def _status_now(self) -> str:
         """The status for a timeout's message. The wait may have timed out *because* the
@@ -116,14 +129,15 @@ class Handle:
         """Stop the work if it can still be stopped; ``True`` when it will not complete."""
         return self._source.cancel()
 
-    async def aresult(self, timeout: float | None = None) -> Any:
+    async def aresult(self, timeout: float | None = None) -> T_co:
         if not await self._source.wait_async(timeout):
             raise ResultTimeoutError(
                 f"unit {self.unit!r}: no result for {self.id} within {timeout}s ({self._status_now()})"
             )
-        return self._unwrap(self._source.outcome())
+        value: T_co = self._unwrap(self._source.outcome())  # (a Source carries values untyped)
+        return value
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, T_co]:
         return self.aresult().__await__()
 
     @staticmethod

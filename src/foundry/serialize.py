@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 from foundry.errors import DeclarationError, FoundryError, RecordError, RemoteError, SubmitError
 from foundry.payload import dumps as _json_dumps
 from foundry.payload import loads as _json_loads
+from foundry.typed import Payloads
 
 __all__ = [
     "Codec",
@@ -112,10 +113,17 @@ def declared_codec(declared: str, stored: object, *, unit: str, what: str) -> Co
 
 
 def decode_call(
-    payload: bytes, stored: object, declared: str, *, unit: str, what: str
+    payload: bytes,
+    stored: object,
+    declared: str,
+    *,
+    unit: str,
+    what: str,
+    types: Payloads | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """A stored call ``{"args": [...], "kwargs": {...}}`` (what ``submit`` writes),
-    decoded with the ``declared`` codec once the record's codec name (``stored``) agrees.
+    decoded with the ``declared`` codec once the record's codec name (``stored``) agrees,
+    then (JSON) rebuilt by the unit's annotations (``types``, :mod:`foundry.typed`).
     Anything else is a :class:`~foundry.errors.RecordError` saying what was wrong."""
     codec = declared_codec(declared, stored, unit=unit, what=what)
     try:
@@ -132,6 +140,8 @@ def decode_call(
             f'{{"args": [...], "kwargs": {{...}}}} ({size} bytes; {type(exc).__name__}: '
             f"{str(exc)[:300]}); they were written by another program or damaged in the store"
         ) from None
+    if types is not None and codec.name == "json":
+        return types.load_call(list(args), dict(kwargs), what=what)
     return list(args), dict(kwargs)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundry.errors import ConfigError, DeclarationError
 from foundry.traits import parse_duration, parse_size, traits_from_kwargs
-from foundry.units import decide_phases, refuse_adaptive
+from foundry.units import decide_phases, refuse_adaptive, refuse_result_ttl
 
 if TYPE_CHECKING:
     from foundry.app import Foundry
@@ -63,6 +63,7 @@ class StreamDecl:
             defaults["key"] = key
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
         refuse_adaptive(name, self.traits, "a stream")
+        refuse_result_ttl(name, self.traits, "a stream keeps its events by retention=", 'use retention="7d"')
         self.key = self.traits.key
         self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         self.config = self._config(options)

@@ -356,6 +356,10 @@ class Traits:
     per: str | None = None
     """Durable queue: the argument whose value keys ``rate_limit`` and ``max_concurrency``
     (``per="customer_id"``: each customer has its own bucket and slots)."""
+    result_ttl: float | None = None
+    """Queue: how long a finished job's record (its result or error) is kept after it
+    finished, however often it is read (``"1h"``, ``"7d"``; ``None``: 7 days). Then a
+    worker purges it and its id reads as unknown."""
     adaptive: bool = False
     """Let Foundry move a phase off the event loop at run time: when the loop watchdog keeps
     finding a phase (``@unit.phase``) of this ``async def`` unit holding the loop, the phase
@@ -413,7 +417,7 @@ _COUNT_FIELDS = frozenset(
         "max_tasks_per_child",
     }
 )
-_DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff", "deadline"})
+_DURATION_FIELDS = frozenset({"est", "latency", "timeout", "backoff", "deadline", "result_ttl"})
 
 
 def _check_count(unit: str, name: str, value: Any, minimum: int) -> int:
@@ -445,6 +449,14 @@ def traits_from_kwargs(unit: str, raw: Mapping[str, Any], base: Traits | None = 
             continue
         if name in _DURATION_FIELDS:
             parsed[name] = parse_duration(value, unit=unit, field_name=name)
+            if name == "result_ttl" and parsed[name] <= 0:
+                raise DeclarationError(
+                    unit,
+                    name,
+                    value,
+                    "keeps a result for no time at all (nobody could read it)",
+                    'give a positive duration, e.g. result_ttl="1h" or "7d"',
+                )
         elif name == "rate":
             parsed[name] = parse_rate(value, unit=unit, field_name=name)
         elif name in _BOOL_FIELDS or name == "long_running":

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from foundry.decide import Decision, Host, decide
 from foundry.errors import DeclarationError, SubmitError
@@ -24,11 +24,24 @@ from foundry.serialize import ErrorTypes
 from foundry.traits import Traits, parse_duration, traits_from_kwargs
 
 if TYPE_CHECKING:
+    from typing_extensions import ParamSpec as _ParamSpec
+    from typing_extensions import TypeVar as _TypeVar
+
     from foundry.app import Foundry
     from foundry.schedules import Schedule
 
+    # a bare ``WorkUnit`` is ``WorkUnit[..., Any]`` (PEP 696; the runtime needs no defaults)
+    P = _ParamSpec("P", default=...)
+    R = _TypeVar("R", default=Any)
+else:
+    P = ParamSpec("P")
+    R = TypeVar("R")
+A = TypeVar("A")
+Q = ParamSpec("Q")
+
 __all__ = [
     "BoundOptions",
+    "WorkDecorator",
     "WorkUnit",
     "check_adaptive",
     "check_callable",
@@ -36,6 +49,7 @@ __all__ = [
     "decide_phases",
     "phase_traits",
     "refuse_adaptive",
+    "refuse_result_ttl",
     "unit_error_types",
 ]
 
@@ -145,8 +159,24 @@ def refuse_adaptive(name: str, traits: Traits, what: str) -> None:
         )
 
 
-class WorkUnit:
-    """A function declared with ``@app.work(...)``: call it, submit it, map it."""
+def refuse_result_ttl(name: str, traits: Traits, what: str, fix: str) -> None:
+    """``result_ttl=`` is a queue job's retention: refused where another one applies."""
+    if traits.result_ttl is not None:
+        raise DeclarationError(
+            name,
+            "result_ttl",
+            traits.result_ttl,
+            f"is how long a queue job's result is kept, and {what}",
+            fix,
+        )
+
+
+class WorkUnit(Generic[P, R]):
+    """A function declared with ``@app.work(...)``: call it, submit it, map it.
+
+    ``WorkUnit[P, R]``: ``P`` its parameters, ``R`` what it returns (an ``async def``'s
+    awaited value), so ``unit.submit(...)`` is checked against ``P`` and gives a
+    ``Handle[R]`` for a type checker (``tests/typing/``)."""
 
     schedule: Schedule | None = None  # schedule=: its ticks enqueued by `foundry run` (foundry.schedules)
 
@@ -175,6 +205,13 @@ class WorkUnit:
                 'use timeout= (it bounds one run), or declare model="pool"',
             )
         check_limits(name, fn, traits, self.decision)
+        if self.decision.delivery != "queue":
+            refuse_result_ttl(
+                name,
+                traits,
+                f"this unit runs on {self.decision.model}, which keeps its result in the handle only",
+                "declare durable=True (a queue job), or drop result_ttl=",
+            )
         self.is_async = inspect.iscoroutinefunction(fn)
         if traits.adaptive or any(t.adaptive for t in self.phase_traits.values()):
             check_adaptive(self)
@@ -219,7 +256,7 @@ class WorkUnit:
 
     # -- running -------------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # (a parallel unit takes the whole input)
         """Run on the unit's model and return the result (``await`` it for async units
         called from a loop: calling an async unit returns a coroutine)."""
         if self.is_async and _in_loop():
@@ -236,13 +273,13 @@ class WorkUnit:
         handle = _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
         return await handle
 
-    def submit(self, *args: Any, **kwargs: Any) -> Handle:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         return _tracked(self.runner.submit(args, kwargs, _DEFAULT_OPTIONS))
 
-    async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
+    async def asubmit(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         return _tracked(await self.runner.asubmit(args, kwargs, _DEFAULT_OPTIONS))
 
-    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle]:
+    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle[R]]:
         """Submit one call per item and return the handles, in order.
 
         Each item is the unit's one argument, as in :meth:`map`; with ``star=True`` each
@@ -263,7 +300,7 @@ class WorkUnit:
         priority: int = 0,
         timeout: str | float | None = None,
         deadline: str | float | None = None,
-    ) -> BoundOptions:
+    ) -> BoundOptions[P, R]:
         """Per-submission options: ``unit.options(key="job-42", delay="5m").submit(...)``.
 
         ``deadline`` (work pool) bounds the whole request: waiting for a free worker and
@@ -292,7 +329,7 @@ class WorkUnit:
 
     def map(
         self, iterable: Iterable[Any], *, ordered: bool = True, timeout: float | None = None
-    ) -> Iterator[Any]:
+    ) -> Iterator[R]:
         """Submit one call per item and yield results (input order when ``ordered``).
 
         Lazy and bounded: at most the model's window of items (its workers plus its
@@ -320,22 +357,22 @@ class WorkUnit:
         return f"<WorkUnit {self.name} {self.decision.model}>"
 
 
-class BoundOptions:
+class BoundOptions(Generic[P, R]):
     """A unit with per-submission options bound (see :meth:`WorkUnit.options`)."""
 
     __slots__ = ("_opts", "_unit")
 
-    def __init__(self, unit: WorkUnit, opts: SubmitOptions) -> None:
+    def __init__(self, unit: WorkUnit[P, R], opts: SubmitOptions) -> None:
         self._unit = unit
         self._opts = opts
 
-    def submit(self, *args: Any, **kwargs: Any) -> Handle:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         return _tracked(self._unit.runner.submit(args, kwargs, self._opts))
 
-    async def asubmit(self, *args: Any, **kwargs: Any) -> Handle:
+    async def asubmit(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         return _tracked(await self._unit.runner.asubmit(args, kwargs, self._opts))
 
-    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle]:
+    def submit_many(self, items: Iterable[Any], *, star: bool = False) -> list[Handle[R]]:
         """:meth:`WorkUnit.submit_many` with these options (not ``key=``: it names one job)."""
         if self._opts.key is not None:
             raise SubmitError(
@@ -346,7 +383,9 @@ class BoundOptions:
         return _submit_many(self._unit, items, star, self._opts)
 
 
-def _submit_many(unit: WorkUnit, items: Iterable[Any], star: bool, opts: SubmitOptions) -> list[Handle]:
+def _submit_many(
+    unit: WorkUnit[..., A], items: Iterable[Any], star: bool, opts: SubmitOptions
+) -> list[Handle[A]]:
     runner = unit.runner
 
     def arguments(i: int, item: Any) -> tuple[Any, ...]:
@@ -373,11 +412,22 @@ def _submit_many(unit: WorkUnit, items: Iterable[Any], star: bool, opts: SubmitO
     return handles
 
 
+class WorkDecorator(Protocol):
+    """What ``@app.work(...)`` with traits returns: a decorator that keeps the types of the
+    function it declares (``WorkUnit[P, R]``; ``R`` awaited for an ``async def``)."""
+
+    @overload
+    def __call__(self, fn: Callable[Q, Coroutine[Any, Any, A]], /) -> WorkUnit[Q, A]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Q, A], /) -> WorkUnit[Q, A]: ...
+
+
 _DEFAULT_OPTIONS = SubmitOptions()
 DEFAULT_MAP_WINDOW = 64
 
 
-def _tracked(handle: Handle) -> Handle:
+def _tracked(handle: Handle[A]) -> Handle[A]:
     """Attach ``handle`` to the innermost structured scope, if one is active."""
     scope = current_scope()
     if scope is not None:

@@ -14,7 +14,7 @@ from foundry.errors import DeclarationError
 from foundry.handle import Handle
 from foundry.runtime import UnitSpec
 from foundry.traits import parse_duration, traits_from_kwargs
-from foundry.units import decide_phases, refuse_adaptive, unit_error_types
+from foundry.units import decide_phases, refuse_adaptive, refuse_result_ttl, unit_error_types
 
 if TYPE_CHECKING:
     from foundry.app import Foundry
@@ -52,6 +52,12 @@ class WorkflowUnit:
         defaults = {"multi_step": True, "compensate": True, "durable": True}
         self.traits = traits_from_kwargs(name, {**defaults, **raw})
         refuse_adaptive(name, self.traits, "a workflow")
+        refuse_result_ttl(
+            name,
+            self.traits,
+            "a workflow's result stays in its journal until purged",
+            "drop result_ttl=, and purge old runs with `foundry workflows purge --older-than 30d`",
+        )
         self.decision, self.phases = decide_phases(name, self.traits, None, app.host)
         if self.decision.delivery != "workflow":
             raise DeclarationError(

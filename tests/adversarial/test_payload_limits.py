@@ -124,7 +124,7 @@ def test_a_workflow_step_result_over_max_payload_fails_the_workflow(journal_url:
             return "x" * size
 
         @app.workflow(max_payload="64KiB")
-        def flow(wf: object, size: int) -> int:
+        def flow(wf: object, size: int, pad: str = "") -> int:
             return len(wf.step(make, size))  # type: ignore[attr-defined]
 
         assert flow.run(1000) == 1000
@@ -136,6 +136,8 @@ def test_a_workflow_step_result_over_max_payload_fails_the_workflow(journal_url:
         assert f"max_payload={LIMIT}" in text
         assert made == [1000, 100_000]  # the oversized step failed at once, not retried
         with pytest.raises(PayloadTooLargeError, match=r"its arguments.*nothing was started"):
-            flow.run("y" * 100_000)
+            flow.run(
+                1, "y" * 100_000
+            )  # (an int where the flow declares one: typed payloads check that first)
     finally:
         app.close(timeout=5)

@@ -244,7 +244,9 @@ def test_oversized_and_unencodable_arguments_are_refused_at_submit(env: Env) -> 
     with pytest.raises(PayloadTooLargeError, match="max_payload=1024"):
         env.unit("small").submit("x" * 2000)
     with pytest.raises(SubmitError, match="JSON"):
-        env.unit("add").submit(object(), 1)
+        env.unit("small").submit(object())  # (echo's value is Any: the codec says what is wrong)
+    with pytest.raises(SubmitError, match="parameter a is declared int, and was given object"):
+        env.unit("add").submit(object(), 1)  # (add's is an int: the annotation says what is wrong)
     backend = open_queue_backend(env.url)
     try:
         assert backend.stats("default").depth == 0  # nothing was enqueued

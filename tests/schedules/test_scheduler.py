@@ -5,6 +5,7 @@ policy decides; a full queue or an unreachable store loses no tick it should not
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +39,10 @@ def declare(app: Foundry) -> None:
 
     @app.work(schedule="every 1s", bound="io", missed="catch_up", catch_up=3)
     def ledger(scheduled_at: str = "") -> str:
+        return scheduled_at
+
+    @app.work(schedule="every 1s", bound="io")
+    def typed_ledger(scheduled_at: dt.datetime | None = None) -> dt.datetime | None:
         return scheduled_at
 
 
@@ -253,3 +258,23 @@ def test_a_bug_in_the_scheduler_stops_it_and_says_so(make: Callable[..., tuple[F
         time.sleep(0.01)
     assert isinstance(scheduler.failure, WorkerFailedError)
     assert "RuntimeError: a bug" in str(scheduler.failure)
+
+
+def test_a_unit_that_declares_a_datetime_gets_the_tick_as_one(
+    make: Callable[..., tuple[Foundry, Scheduler]],
+) -> None:
+    clock = Clock(T0 + 0.5)
+    app, scheduler = make(clock, ("typed_ledger", "ledger"))
+    scheduler.look()
+    clock.now = T0 + 1.01
+    scheduler.look()
+    worker = Worker(app, concurrency=1, poll=0.05).start()
+    try:
+        typed = [app.job(j.id).result(timeout=30) for j in jobs(scheduler, "typed_ledger")]
+        text = [app.job(j.id).result(timeout=30) for j in jobs(scheduler, "ledger")]
+    finally:
+        worker.stop(5.0)
+    # a datetime (aware, the tick's instant) where the unit declares one; its ISO text where it declares str
+    assert typed == [dt.datetime.fromtimestamp(T0 + 1, dt.UTC)]
+    assert typed[0].tzinfo is not None
+    assert text == [dt.datetime.fromtimestamp(T0 + 1, dt.UTC).isoformat()]

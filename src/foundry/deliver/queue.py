@@ -48,6 +48,7 @@ from foundry.payload import DEFAULT_MAX_PAYLOAD
 from foundry.retry import Backoff
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 from foundry.serialize import ErrorTypes, declared_codec, decode_error, get_codec
+from foundry.typed import payloads_for
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
@@ -111,7 +112,12 @@ def outcome_of(state: JobState, spec: UnitSpec | None = None, errors: ErrorTypes
                 )
             return Outcome(error=exc)
         try:
-            return Outcome(value=codec.decode(state.result))
+            value = codec.decode(state.result)
+            if spec is not None and codec.name == "json":
+                value = payloads_for(spec.name, spec.fn).load_result(value, what=what)
+            return Outcome(value=value)
+        except RecordError as exc:
+            return Outcome(error=exc)
         except Exception as exc:
             return Outcome(
                 error=RecordError(
@@ -165,7 +171,8 @@ class JobSource:
         if state is None:
             raise NotFoundError(
                 f"unit {self.unit!r}: job {self.id} is not in queue {self._backend.url} (never submitted "
-                "there, or purged after its result_ttl). Fix: check the id and the queue URL"
+                "there, or purged after its result_ttl: a finished job is kept for its unit's result_ttl=, "
+                "7 days by default). Fix: check the id and the queue URL, or declare a longer result_ttl="
             )
         if state.status in FINISHED:
             self._final = state
@@ -319,6 +326,7 @@ class QueueRunner:
         self.spec = spec
         self.queue = queue_of(spec)
         self.codec = get_codec(spec.traits.codec)
+        self.types = payloads_for(spec.name, spec.fn)  # its annotations: checked at submit (foundry.typed)
         self.max_payload = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
         self.max_deliveries = max_deliveries
         self.runtime = runtime_for(ctx)
@@ -332,7 +340,8 @@ class QueueRunner:
 
     def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         name = self.spec.name
-        payload = self.codec.encode({"args": list(args), "kwargs": kwargs}, unit=name, what="arguments")
+        args_data, kwargs_data = self.types.dump_call(args, kwargs, convert=self.codec.name == "json")
+        payload = self.codec.encode({"args": args_data, "kwargs": kwargs_data}, unit=name, what="arguments")
         if len(payload) > self.max_payload:
             raise PayloadTooLargeError(
                 f"unit {name!r}: the encoded arguments are {len(payload)} bytes, over max_payload="
@@ -479,6 +488,7 @@ class QueueRunner:
             max_deliveries=self.max_deliveries,
             timeout=options.timeout if options.timeout is not None else traits.timeout,
             trace=trace,
+            **({} if traits.result_ttl is None else {"result_ttl": traits.result_ttl}),
         )
 
     def _enqueue(self, job: NewJob) -> Enqueued:
@@ -539,7 +549,8 @@ def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
     if state is None:
         raise NotFoundError(
             f"no job {job_id!r} in queue {rt.backend.url} (never submitted there, or purged after its "
-            "result_ttl). Fix: check the id, and that this process uses the submitter's queue URL"
+            "result_ttl: a finished job is kept for its unit's result_ttl=, 7 days by default). Fix: check "
+            "the id, and that this process uses the submitter's queue URL, or declare a longer result_ttl="
         )
     try:
         spec: UnitSpec | None = ctx.lookup(state.unit)

@@ -40,6 +40,7 @@ tick to its job's enqueue, for the jobs this scheduler created).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -56,6 +57,7 @@ from foundry.errors import BackendError, OverloadError, SubmitError, WorkerFaile
 from foundry.observe import names
 from foundry.runtime import RuntimeContext, UnitSpec
 from foundry.schedules import Schedule
+from foundry.typed import payloads_for
 
 __all__ = ["MAX_SLEEP", "Scheduled", "Scheduler"]
 
@@ -71,6 +73,14 @@ class Scheduled:
     spec: UnitSpec
     schedule: Schedule
     takes_tick: bool = False
+
+
+def _wants_datetime(spec: UnitSpec) -> bool:
+    """The unit declares ``scheduled_at: datetime`` (then it gets the tick as an aware
+    datetime in the schedule's zone; else as its ISO 8601 text, as before)."""
+    types = payloads_for(spec.name, spec.fn)
+    now = dt.datetime.now(dt.UTC)
+    return types.accepts("scheduled_at", now) and not types.accepts("scheduled_at", now.isoformat())
 
 
 @dataclass
@@ -156,9 +166,11 @@ class Scheduler:
                 schedule.policy,
                 "; the most recent one runs now" if due.run and schedule.missed == "skip" else "",
             )
+        as_datetime = entry.unit.takes_tick and _wants_datetime(entry.unit.spec)
         for tick in due.run:
+            at = schedule.at(tick)
             kwargs: dict[str, Any] = (
-                {"scheduled_at": schedule.at(tick).isoformat()} if entry.unit.takes_tick else {}
+                {"scheduled_at": at if as_datetime else at.isoformat()} if entry.unit.takes_tick else {}
             )
             try:
                 done = entry.runner.enqueue_keyed((), kwargs, schedule.key(tick))

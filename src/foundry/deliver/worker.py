@@ -89,6 +89,7 @@ from foundry.payload import DEFAULT_MAX_PAYLOAD, RESULT_FIX, too_large
 from foundry.retry import Backoff
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 from foundry.serialize import decode_call, encode_error, get_codec
+from foundry.typed import payloads_for
 
 if TYPE_CHECKING:
     from foundry.execute.asyncio_loop import LoopThread
@@ -935,7 +936,10 @@ class Worker:
         c = job.claimed
         declared = spec.traits.codec
         try:
-            return decode_call(c.payload, c.codec, declared, unit=c.unit, what=f"job {c.id}'s arguments")
+            types = payloads_for(spec.name, spec.fn)
+            return decode_call(
+                c.payload, c.codec, declared, unit=c.unit, what=f"job {c.id}'s arguments", types=types
+            )
         except RecordError as exc:
             if c.codec != declared:
                 stored = c.codec if isinstance(c.codec, str) and len(c.codec) <= 40 else repr(c.codec)[:40]
@@ -1204,7 +1208,9 @@ class Worker:
     def _record_success(self, job: _Job, spec: UnitSpec, value: Any) -> None:
         c = job.claimed
         try:
-            data = get_codec(spec.traits.codec).encode(value, unit=c.unit, what="the result")
+            codec = get_codec(spec.traits.codec)
+            typed = payloads_for(spec.name, spec.fn).dump_result(value, what=f"the result of job {c.id}")
+            data = codec.encode(typed if codec.name == "json" else value, unit=c.unit, what="the result")
             limit = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
             if len(data) > limit:
                 raise too_large(

@@ -16,6 +16,7 @@ from foundry.backends.queue import open_queue_backend
 from foundry.config import safe_url
 from foundry.deliver.worker import JobEvent, Worker
 from foundry.observe import names
+from foundry.units import WorkDecorator
 
 _STYLE = {"started": "yellow", "retry": "red", "succeeded": "green", "dead": "magenta", "failed": "red"}
 
@@ -28,7 +29,11 @@ def run(console: Console) -> None:
     tries: dict[str, int] = {}
     lock = threading.Lock()
 
-    @app.work(name="deploy_config", **_traits(seed), backoff="150ms")
+    declare: WorkDecorator = app.work(
+        name="deploy_config", **_traits(seed), backoff="150ms"
+    )  # (a **dict: untyped)
+
+    @declare
     def deploy_config(change: dict[str, Any]) -> str:
         with lock:
             tries[change["service"]] = tries.get(change["service"], 0) + 1

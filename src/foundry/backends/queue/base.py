@@ -85,8 +85,10 @@ the suite checks, is:
   of it; a job stored without one (by an older Foundry, or by anything else) and a value
   that is not a valid trace context both read as ``None``: never an error, never a dead
   letter (tracing is advisory, like progress).
-* **Results expire.** A finished job's record (and result) is kept until read or
-  until ``result_ttl`` passes, whichever is later-bounded by ``purge``.
+* **Results expire.** A finished job's record (and result) is kept for ``result_ttl``
+  seconds after it finished, however often it is read (reading never deletes it); once
+  that has passed, ``purge`` deletes it (Redis also expires the keys itself) and ``get``
+  returns ``None``. ``NewJob.result_ttl`` is the unit's declared ``result_ttl=``.
 
 Every method may raise :class:`~foundry.errors.BackendUnavailableError` when the
 engine cannot be reached; callers retry with backoff, and no accepted job is lost

@@ -177,7 +177,9 @@ class Fanout:
 
     def _value(self, i: int) -> Any:
         if i not in self.values:
-            self.values[i] = self.run_.replay(self.done[i], self.errors(i))
+            call = self.branches[i].call
+            types = self.run_.step_types(call) if self.branches[i].kind == EntryKind.STEP and call else None
+            self.values[i] = self.run_.replay(self.done[i], self.errors(i), types)
         return self.values[i]
 
     def replayed(self, header: Entry) -> list[Any]:

@@ -62,6 +62,7 @@ from foundry.payload import DEFAULT_MAX_PAYLOAD, too_large
 from foundry.retry import Backoff
 from foundry.runtime import UnitSpec
 from foundry.serialize import ErrorTypes, decode_error, encode_error, get_codec
+from foundry.typed import Payloads, payloads_for
 
 if TYPE_CHECKING:
     from foundry.deliver.workflow.runtime import WorkflowRuntime
@@ -221,9 +222,10 @@ class Run:
         self.history[stored.position] = stored
         return stored
 
-    def replay(self, entry: Entry, errors: ErrorTypes | None = None) -> Any:
-        """What a final entry recorded: its value, decoded with the declared codec, or its
-        error, rebuilt by ``errors`` (the allow-list of the code that raised it)."""
+    def replay(self, entry: Entry, errors: ErrorTypes | None = None, types: Payloads | None = None) -> Any:
+        """What a final entry recorded: its value, decoded with the declared codec (and
+        rebuilt by ``types``, the return annotation of the step's code), or its error,
+        rebuilt by ``errors`` (the allow-list of the code that raised it)."""
         if entry.status == EntryStatus.ERROR:
             try:
                 record: Any = self.rt.json.decode(entry.error or b"{}")
@@ -234,7 +236,7 @@ class Run:
         if entry.result is None:
             return None
         try:
-            return self.codec.decode(entry.result)
+            value = self.codec.decode(entry.result)
         except Exception as exc:
             raise RecordError(
                 f"{self.where(entry.position)}: the journal's {entry.kind} {entry.name!r} holds a value "
@@ -242,6 +244,17 @@ class Run:
                 "written by another program or damaged in the store. Fix: cancel this run and start a "
                 "new one"
             ) from None
+        if types is None:
+            return value
+        return types.load_result(
+            value, what=f"the journal's {entry.kind} {entry.name!r} ({self.where(entry.position)})"
+        )
+
+    @staticmethod
+    def step_types(call: StepCall) -> Payloads:
+        """The annotations of a step's code (a unit's function, or the plain function)."""
+        fn = getattr(call.fn, "fn", call.fn)
+        return payloads_for(call.name, fn if callable(fn) else call.fn)
 
     def step_errors(self, call: StepCall) -> ErrorTypes:
         """The allow-list for a step's errors: the workflow's, plus the step's own (a unit's
@@ -265,9 +278,12 @@ class Run:
         rebuilt.__cause__ = exc
         return rebuilt
 
-    def encode(self, value: Any, what: str) -> bytes:
-        """Encode a value for the journal; a value it cannot carry (not JSON, or larger
-        than the workflow's ``max_payload``) is a clear SubmitError."""
+    def encode(self, value: Any, what: str, types: Payloads | None = None) -> bytes:
+        """Encode a value for the journal (by ``types``' return annotation, when given); a
+        value it cannot carry (not JSON, not of the declared type, or larger than the
+        workflow's ``max_payload``) is a clear SubmitError."""
+        if types is not None:
+            value = types.dump_result(value, what=what)
         try:
             data = self.codec.encode(value, unit=self.claim.name, what=what)
         except SubmitError as exc:
@@ -368,7 +384,8 @@ class Run:
         branch has ``ref`` (the gather's position) and leaves cancellation to the gather."""
         if entry is not None and entry.final:
             self.rt.count_step(self.claim.name, "replayed")
-            return self.replay(entry, self.step_errors(call) if entry.status == EntryStatus.ERROR else None)
+            errors = self.step_errors(call) if entry.status == EntryStatus.ERROR else None
+            return self.replay(entry, errors, self.step_types(call))
         return (yield from self._attempts(pos, entry, call, branch, ref))
 
     def _attempts(
@@ -424,7 +441,7 @@ class Run:
                     watch = self.watch(call) if is_async_fn(call.fn) else None
                     span = None if self.tracer is None else self.step_span(pos, call, attempts)
                     value = yield Invoke(call, None if until == FOREVER else until, what, watch, span)
-                    data = self.encode(value, f"the result of {what}")
+                    data = self.encode(value, f"the result of {what}", self.step_types(call))
                 except _Expired:
                     if self.expired() and (step_until is None or self.deadline <= step_until):  # type: ignore[operator]
                         if branch:
@@ -458,7 +475,7 @@ class Run:
                         )
                     )
                     rt.count_step(self.claim.name, "completed")
-                    return self.replay(stored)
+                    return self.replay(stored, None, self.step_types(call))
             error: Exception = failure
             failure = None
             if (
@@ -495,7 +512,7 @@ class Run:
         self, pos: int, call: StepCall, attempts: int, started: float, what: str, ref: int | None
     ) -> Any:
         def work(tx: Any) -> Entry:
-            data = self.encode(call.fn(tx, *call.args), f"the result of {what}")
+            data = self.encode(call.fn(tx, *call.args), f"the result of {what}", self.step_types(call))
             return Entry(
                 pos,
                 EntryKind.STEP,
@@ -513,7 +530,7 @@ class Run:
         self.cancel_requested = self.cancel_requested or rec.cancel_requested
         self.history[pos] = rec.entry
         self.rt.count_step(self.claim.name, "completed" if rec.written else "replayed")
-        return self.replay(rec.entry, self.step_errors(call))
+        return self.replay(rec.entry, self.step_errors(call), self.step_types(call))
 
     def _fail(
         self, pos: int, name: str, attempts: int, started: float, exc: BaseException, ref: int | None
@@ -869,7 +886,7 @@ class Run:
             except WorkflowTimeoutError as exc:
                 return exc
         try:
-            data = self.encode(value, "the workflow's result")
+            data = self.encode(value, "the workflow's result", payloads_for(self.spec.name, self.spec.fn))
         except SubmitError as exc:
             return exc
         outcome = self._succeed(data)
@@ -901,7 +918,9 @@ class Run:
         rt = self.rt
         if self.journal(rt.journal.finish, self.claim.id, self.token, WorkflowStatus.SUCCEEDED, result=data):
             rt.count_outcome(self.claim.name, WorkflowStatus.SUCCEEDED)
-            return Outcome(value=self.codec.decode(data))
+            value = self.codec.decode(data)  # (what every later reader gets: the journal's copy)
+            types = payloads_for(self.spec.name, self.spec.fn)
+            return Outcome(value=types.load_result(value, what=f"the result of workflow run {self.claim.id}"))
         self.cancel_requested = True
         pos = self.pos
         self.pos += 1

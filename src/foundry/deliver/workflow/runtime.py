@@ -62,6 +62,7 @@ from foundry.serialize import (
     encode_error,
     get_codec,
 )
+from foundry.typed import payloads_for
 
 if TYPE_CHECKING:
     from foundry.observe._otel import Tracer
@@ -213,8 +214,9 @@ class WorkflowRuntime:
 
     def encode_args(self, spec: UnitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         unit = spec.name
+        args_data, kwargs_data = payloads_for(unit, spec.fn, skip_first=True).dump_call(args, kwargs)
         try:
-            data = self.json.encode({"args": list(args), "kwargs": kwargs}, unit=unit, what="arguments")
+            data = self.json.encode({"args": args_data, "kwargs": kwargs_data}, unit=unit, what="arguments")
         except SubmitError as exc:
             raise SubmitError(
                 f"workflow {unit!r}: its arguments are not JSON-compatible ({exc.__cause__ or exc}); "
@@ -236,7 +238,10 @@ class WorkflowRuntime:
         if not claim.args:
             declared_codec(spec.traits.codec, claim.codec, unit=claim.name, what=what)
             return [], {}
-        return decode_call(claim.args, claim.codec, spec.traits.codec, unit=claim.name, what=what)
+        types = payloads_for(spec.name, spec.fn, skip_first=True)
+        return decode_call(
+            claim.args, claim.codec, spec.traits.codec, unit=claim.name, what=what, types=types
+        )
 
     def real_sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)
@@ -847,7 +852,12 @@ class WorkflowSource:
         what = f"the result of workflow run {self.id}"
         try:
             codec = declared_codec("json", state.codec, unit=state.name, what=what)
-            return Outcome(value=codec.decode(state.result))
+            value = codec.decode(state.result)
+            try:
+                spec = self._rt.spec(state.name)
+            except NotFoundError:  # not declared here: the JSON data as stored
+                return Outcome(value=value)
+            return Outcome(value=payloads_for(spec.name, spec.fn).load_result(value, what=what))
         except RecordError as exc:
             return Outcome(error=exc)
         except Exception as exc:

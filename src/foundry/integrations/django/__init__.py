@@ -41,6 +41,7 @@ from typing import Any
 from foundry.app import Foundry
 from foundry.errors import ConfigError, SubmitError
 from foundry.serialize import get_codec
+from foundry.typed import payloads_for
 
 __all__ = ["KEYS", "app_from_settings", "get_app", "on_commit", "submit_on_commit"]
 
@@ -130,11 +131,19 @@ def _deferred(
     if spec is None:
         return functools.partial(start, *args, **kwargs)
     codec = get_codec(spec.traits.codec)
-    data = codec.encode({"args": list(args), "kwargs": kwargs}, unit=spec.name, what="arguments")
+    types = payloads_for(spec.name, spec.fn)  # typed arguments: checked now, rebuilt at the submit
+    typed = codec.name == "json"
+    args_data, kwargs_data = types.dump_call(args, kwargs, convert=typed)
+    data = codec.encode({"args": args_data, "kwargs": kwargs_data}, unit=spec.name, what="arguments")
 
     def submit() -> None:
         call = codec.decode(data)
-        start(*call["args"], **call["kwargs"])
+        now_args, now_kwargs = call["args"], call["kwargs"]
+        if typed:
+            now_args, now_kwargs = types.load_call(
+                now_args, now_kwargs, what="the arguments held for the commit"
+            )
+        start(*now_args, **now_kwargs)
 
     return submit
 
