@@ -15,8 +15,8 @@ fixtures of :mod:`foundry.testing.plugin`):
   ``wf.sleep``, a ``wf.wait_for``, a retry back-off), and :meth:`ManualClock.advance
   <foundry.testing.ManualClock.advance>` wakes each timer at its time;
 * **schedules** tick on :attr:`clock`: the real scheduler looks at every tick
-  ``clock.advance`` passes, and the tick's job runs on the real worker code in this
-  process (queued in ``home``, drained before ``advance`` goes on);
+  ``clock.advance`` passes, enqueues the tick's job in ``home``, and the job runs there
+  and then, eagerly (a tick job that fails raises from ``advance``);
 * **streams** (``app.stream``) publish to the log in ``home``; ``stream.drain()`` runs
   their consumers here, as everywhere.
 
@@ -27,6 +27,7 @@ Nothing here is global: an app no sandbox holds runs as it always does.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import threading
 from pathlib import Path
@@ -34,9 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from foundry.backends.queue import NewJob
 from foundry.config import Settings
+from foundry.deliver.queue import queue_of
 from foundry.errors import SubmitError
 from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, UnitSpec
+from foundry.serialize import encode_error, get_codec
 from foundry.testing._queue import job_handle, run_job, settle
 from foundry.testing.clock import ManualClock
 
@@ -253,10 +256,28 @@ class Sandbox:
         self.settle()
 
     def _drain_ticks(self) -> None:
-        """Run the tick jobs the scheduler enqueued in ``home``, on the worker's code."""
-        from foundry.deliver.worker import Worker
-
-        Worker(self.app, burst=True, backoff=0.01, max_backoff=0.05, poll=0.01, grace=self.timeout).run()
+        """Run the tick jobs the scheduler enqueued in ``home``, eagerly like any job (the
+        store then holds their outcomes); a tick job that failed raises here."""
+        scheduler = self._scheduler
+        assert scheduler is not None
+        backend = scheduler.runtime.backend
+        failed: BaseException | None = None
+        for queue in sorted({queue_of(unit.spec) for unit in scheduler.units}):
+            while claimed := backend.claim(queue, "foundry.testing", lease=3600.0, limit=100, timeout=0.0):
+                for c in claimed:
+                    spec = self.app.spec(c.unit)
+                    job = NewJob(c.id, c.queue, c.unit, c.payload, c.codec, max_retries=c.max_retries)
+                    outcome = run_job(spec, job)
+                    if outcome.error is None:
+                        result = get_codec(spec.traits.codec).encode(
+                            outcome.value, unit=c.unit, what="the result"
+                        )
+                        backend.complete(c.id, c.token, result)
+                    else:
+                        backend.fail(c.id, c.token, json.dumps(encode_error(outcome.error)).encode())
+                        failed = failed or outcome.error
+        if failed is not None:
+            raise failed
 
     def settle(self) -> None:
         """Wait until this app's workflows have run what is due (a signal sent, a timer
