@@ -230,15 +230,18 @@ def test_a_session_that_uses_no_fixture_is_untouched(pytester: pytest.Pytester) 
 
 
 def test_the_plugin_defines_fixtures_only() -> None:
+    import ast
+
     import foundry.testing.plugin as plugin
 
-    hooks = [name for name in vars(plugin) if name.startswith("pytest_")]
-    assert hooks == []  # no hook: no option, no collection change, no report change
-    fixtures = [vars(plugin)[name] for name in plugin.__all__]
-    assert all(
-        getattr(f, "_fixture_function_marker", None)
-        or hasattr(f, "_pytestfixturefunction")
-        or type(f).__name__ == "FixtureFunctionDefinition"
-        for f in fixtures
-    )
-    assert all("autouse=True" not in repr(getattr(f, "_fixture_function_marker", f)) for f in fixtures)
+    # no hook: no option, no change to collection, running or reporting
+    assert [name for name in vars(plugin) if name.startswith("pytest_")] == []
+    tree = ast.parse(Path(plugin.__file__).read_text())
+    fixtures = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            (decorator,) = node.decorator_list  # every function of it is a fixture, and only that
+            assert ast.unparse(decorator) == "pytest.fixture", node.name  # no autouse=, no scope=
+            fixtures[node.name] = node
+    assert sorted(fixtures) == sorted(plugin.__all__)
+    assert all(name.startswith("foundry_") for name in fixtures)
