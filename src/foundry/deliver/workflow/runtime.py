@@ -171,6 +171,7 @@ class WorkflowRuntime:
         self._step_threads: ThreadPoolExecutor | None = None
         self._futures: set[Future[Any]] = set()
         self._idle = threading.Condition(self._lock)  # notified as each run on the pool ends
+        self._resuming = threading.Lock()  # one resume of parked workflows at a time
         self.solo = False  # a worker runs a suspect alone: resume nothing parked meanwhile
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -685,6 +686,10 @@ class WorkflowRuntime:
                 run.cancel_requested = True
 
     def _resume(self, *, full: bool) -> None:
+        with self._resuming:  # settle() waits for a resume in progress (claimed, not yet submitted)
+            self._resume_due(full=full)
+
+    def _resume_due(self, *, full: bool) -> None:
         now = self.clock.time()
         with self._lock:
             due = [i for i, at in self._parked.items() if (full or at <= now) and i not in self._runs]
