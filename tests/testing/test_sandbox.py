@@ -173,3 +173,27 @@ def test_the_clock_refuses_to_go_back() -> None:
         clock.advance(-1)
     clock.advance(5)
     assert clock.time() == 1005.0
+
+
+def test_a_publish_returns_once_the_consumers_have_handled_it(tmp_path: Path) -> None:
+    app = Foundry("streams")
+    events = app.stream("signups", key="user")
+    welcomed: list[str] = []
+
+    @events.consumer(group="welcome", max_deliveries=2, retry_backoff="10ms")
+    def welcome(event) -> None:  # type: ignore[no-untyped-def]
+        if event["user"] == "mallory":
+            raise PermissionError(f"no welcome for {event['user']}")
+        welcomed.append(event["user"])
+
+    with Sandbox(app, home=tmp_path) as sandbox:
+        events.publish({"user": "ann"})
+        assert welcomed == ["ann"]  # handled before publish returned: nothing to drain
+        events.publish_many([{"user": "bob"}, {"user": "cy"}])
+        assert welcomed == ["ann", "bob", "cy"]
+        with pytest.raises(PermissionError, match="no welcome for mallory"):
+            events.publish({"user": "mallory"})  # retried, dead-lettered: its own error
+        assert len(events.dead_letters("welcome")) == 1
+        events.publish({"user": "dee"})  # the group went on past it
+        assert welcomed[-1] == "dee"
+        assert (sandbox.home / "stream.db").exists()

@@ -17,8 +17,10 @@ fixtures of :mod:`foundry.testing.plugin`):
 * **schedules** tick on :attr:`clock`: the real scheduler looks at every tick
   ``clock.advance`` passes, enqueues the tick's job in ``home``, and the job runs there
   and then, eagerly (a tick job that fails raises from ``advance``);
-* **streams** (``app.stream``) publish to the log in ``home``; ``stream.drain()`` runs
-  their consumers here, as everywhere.
+* **streams** (``app.stream``) publish to the log in ``home``, and (``eager=True``)
+  ``publish`` returns once the stream's consumer groups have handled the events, on the
+  real consumers in this process; a handler that fails an event for good (retried, then
+  dead-lettered) raises its exception from ``publish``.
 
 Leaving it closes everything it started and gives the app back its own settings.
 Nothing here is global: an app no sandbox holds runs as it always does.
@@ -52,6 +54,7 @@ __all__ = ["Sandbox", "sandbox_of"]
 
 # foundry.app's runtime modules while a sandbox holds the app (queue: with eager=True)
 QUEUE_ROUTE = "foundry.testing._queue"
+STREAM_ROUTE = "foundry.testing._stream"  # declared streams (app.stream): publish drains the consumers
 WORKFLOW_ROUTE = "foundry.testing._workflow"
 
 _SANDBOXES: dict[int, Sandbox] = {}  # id(app.metrics) -> the sandbox holding that app
@@ -141,6 +144,7 @@ class Sandbox:
             app._routes["workflow"] = WORKFLOW_ROUTE  # on this journal and clock, eager or not
             if self.eager:
                 app._routes["queue"] = QUEUE_ROUTE
+                app._routes["stream_log"] = STREAM_ROUTE
             if app.workflows:
                 self.ensure_workflows()
             self._ensure_scheduler()
