@@ -254,7 +254,7 @@ class Sandbox:
         if self._scheduler is not None:
             before = self._scheduler.status()
             self._next_tick = self._scheduler.look()
-            if self._scheduler.status() != before:
+            if self.eager and self._scheduler.status() != before:  # else they wait for your Worker
                 self._drain_ticks()
         self._run_held()
         self.settle()
