@@ -16,7 +16,15 @@ def installed() -> bool:
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """``pytest`` on the files written into ``pytester``'s directory, warnings as errors, no
-    xdist: the plugin as installed (or by ``-p`` when the entry point is not installed)."""
+    """``pytest`` on the files written into ``pytester``'s directory, warnings as errors:
+    the plugin as installed (or by ``-p`` when the entry point is not installed)."""
     plugin = () if installed() else ("-p", PLUGIN)
-    return pytester.runpytest_inprocess(*plugin, "-W", "error", "-p", "no:cacheprovider", "-q", *args)
+    return session(pytester, *plugin, "-W", "error", "-q", *args)
+
+
+def session(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """An inner pytest session in this process (in an xdist worker too: it is not one)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            env.delenv(name, raising=False)
+        return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args)
