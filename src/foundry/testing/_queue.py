@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from foundry.backends.queue import JobState, JobStatus, NewJob
 from foundry.deliver.queue import QueueRunner, outcome_of
-from foundry.deliver.worker import _matches
+from foundry.deliver.worker import retries_on
 from foundry.errors import RecordError, SubmitError
 from foundry.execute.progress import reporting
 from foundry.handle import FutureSource, Handle, Outcome
@@ -101,7 +101,7 @@ def run_job(spec: UnitSpec, job: NewJob) -> Outcome:
             with reporting(None):
                 value = _invoke(spec, args, kwargs)
         except Exception as exc:
-            if attempts < job.max_retries and _matches(spec.traits.retry_on, exc):
+            if attempts < job.max_retries and retries_on(spec.traits.retry_on, exc):
                 attempts += 1
                 continue
             return _failed(spec, job, attempts, exc)

@@ -11,8 +11,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from foundry.deliver.stream import ConsumerOptions, Handler, Published
+from foundry.deliver.stream import ConsumerOptions, Published
 from foundry.deliver.stream import StreamRuntime as _RealRuntime
+from foundry.deliver.stream.options import Handler
 from foundry.observe.stall import UnitLike
 
 __all__ = ["EagerStreamRuntime", "StreamRuntime"]
