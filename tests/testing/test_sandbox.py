@@ -197,3 +197,22 @@ def test_a_publish_returns_once_the_consumers_have_handled_it(tmp_path: Path) ->
         events.publish({"user": "dee"})  # the group went on past it
         assert welcomed[-1] == "dee"
         assert (sandbox.home / "stream.db").exists()
+
+
+def test_advance_stops_at_every_timer_on_the_way(tmp_path: Path) -> None:
+    app = Foundry("steps")
+
+    @app.workflow()
+    def metronome(wf) -> list[float]:  # type: ignore[no-untyped-def]
+        beats = []
+        for _ in range(3):
+            wf.sleep("20s")
+            beats.append(wf.now())
+        return beats
+
+    clock = ManualClock(start=1_000_000.0)
+    with Sandbox(app, home=tmp_path, clock=clock):
+        handle = metronome.start()
+        clock.advance(60)  # one call: each sleep ends at its own instant, and the next starts there
+        assert handle.result(timeout=10) == [1_000_020.0, 1_000_040.0, 1_000_060.0]
+        assert clock.time() == 1_000_060.0

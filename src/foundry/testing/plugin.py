@@ -16,6 +16,7 @@ as it would without the plugin — no autouse fixture, no hook, no command-line 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,7 +55,7 @@ def foundry_sandbox(foundry_home: Path, foundry_clock: ManualClock) -> Iterator[
     opened: list[Sandbox] = []
 
     def hold(app: Foundry, *, eager: bool = True, **options: Any) -> Sandbox:
-        home = foundry_home / f"{app.name}-{len(opened)}"
+        home = foundry_home / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', app.name)[:60]}-{len(opened)}"
         sandbox = Sandbox(app, home=home, clock=foundry_clock, eager=eager, **options).open()
         opened.append(sandbox)
         return sandbox
