@@ -115,6 +115,9 @@ class Foundry:
         self.workflows: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
         self._runners: dict[str, Runner] = {}
+        # delivery model -> runtime module used instead of _RUNTIMES' (foundry.testing's
+        # eager deliveries while a test sandbox holds the app); empty otherwise
+        self._routes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._metrics: Registry | None = None
         self._mover: PhaseMover | None = None
@@ -316,7 +319,8 @@ class Foundry:
         with self._lock:
             runner = self._runners.get(spec.name)
             if runner is None:
-                module = importlib.import_module(_RUNTIMES[spec.decision.delivery])
+                delivery = spec.decision.delivery
+                module = importlib.import_module(self._routes.get(delivery) or _RUNTIMES[delivery])
                 runner = module.make_runner(spec, self.context())
                 self._runners[spec.name] = runner
             return runner

@@ -110,9 +110,11 @@ class StreamDecl:
     @property
     def runtime(self) -> StreamRuntime:
         if self._runtime is None:
-            from foundry.deliver.stream import StreamRuntime
+            import importlib
 
-            runtime = StreamRuntime(
+            # foundry.testing's eager runtime while a sandbox holds the app, else the real one
+            module = importlib.import_module(self.app._routes.get("stream_log") or "foundry.deliver.stream")
+            runtime: StreamRuntime = module.StreamRuntime(
                 self.config,
                 self.app.settings.stream,
                 metrics=self.app.metrics,

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from foundry.execute.processes import ProcessRunner
     from foundry.observe._otel import Tracer
 
-__all__ = ["JobEvent", "Worker"]
+__all__ = ["JobEvent", "Worker", "retries_on"]
 
 log = logging.getLogger("foundry.queue.worker")
 
@@ -129,7 +129,9 @@ class JobEvent:
     detail: str = ""
 
 
-def _matches(retry_on: tuple[type[BaseException] | str, ...], exc: BaseException) -> bool:
+def retries_on(retry_on: tuple[type[BaseException] | str, ...], exc: BaseException) -> bool:
+    """Whether a unit's ``retry_on`` (types, or class names) admits ``exc`` for a retry
+    (empty: every ``Exception``). The worker's rule, and foundry.testing's eager jobs'."""
     if not retry_on:
         return isinstance(exc, Exception)
     mro = type(exc).__mro__
@@ -1275,7 +1277,7 @@ class Worker:
         data = json.dumps(encode_error(exc)).encode()
         model = spec.decision.model if spec else "queue"
         detail = f"{type(exc).__name__}: {exc}"
-        if retry and c.attempts < c.max_retries and _matches(retry_on, exc):
+        if retry and c.attempts < c.max_retries and retries_on(retry_on, exc):
             # retry number attempts+1: base · 2^attempts, capped, jittered in its upper half
             delay = Backoff(base, self.max_backoff, owner=c.unit).delay(c.attempts + 1)
             at = time.time() + delay

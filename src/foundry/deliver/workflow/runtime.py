@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import threading
@@ -171,6 +172,7 @@ class WorkflowRuntime:
         self._step_threads: ThreadPoolExecutor | None = None
         self._futures: set[Future[Any]] = set()
         self._idle = threading.Condition(self._lock)  # notified as each run on the pool ends
+        self._resuming = threading.Lock()  # one resume of parked workflows at a time
         self.solo = False  # a worker runs a suspect alone: resume nothing parked meanwhile
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -689,6 +691,10 @@ class WorkflowRuntime:
                 run.cancel_requested = True
 
     def _resume(self, *, full: bool) -> None:
+        with self._resuming:  # settle() waits for a resume in progress (claimed, not yet submitted)
+            self._resume_due(full=full)
+
+    def _resume_due(self, *, full: bool) -> None:
         now = self.clock.time()
         with self._lock:
             due = [i for i, at in self._parked.items() if (full or at <= now) and i not in self._runs]
@@ -710,6 +716,32 @@ class WorkflowRuntime:
                 log.warning("workflow %s: %s; no longer watched here", workflow_id, exc)
                 with self._lock:
                     self._parked.pop(workflow_id, None)
+
+    # -- tests on a manual clock (foundry.testing) ------------------------------------
+
+    def next_wake(self) -> float | None:
+        """When the first workflow parked here is due on the journal's clock (``None``:
+        none is parked, or only on signals without a timeout)."""
+        with self._lock:
+            wake = min(self._parked.values(), default=math.inf)
+        return None if math.isinf(wake) else wake
+
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Resume every workflow parked here that is due on the journal's clock, and wait
+        until no run is in flight and none is due (``False``: still busy after
+        ``timeout``). What a test on a manual clock calls after moving it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._resume(full=False)
+            if self.wait_idle(max(0.0, deadline - time.monotonic())):
+                now = self.clock.time()
+                with self._lock:
+                    due = any(at <= now and i not in self._runs for i, at in self._parked.items())
+                if not due:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)  # a due workflow not claimable yet (its lease is being given back)
 
     # -- closing ---------------------------------------------------------------------
 
