@@ -123,8 +123,8 @@ def test_a_users_test_file_using_the_fixtures_passes(pytester: pytest.Pytester) 
 
         def test_an_unserializable_payload_fails_at_submit(foundry_sandbox):
             foundry_sandbox(app)
-            with pytest.raises(SubmitError, match="not JSON-compatible"):
-                total.submit({1.0, 2.0}, 0.1)            # a set: JSON has none
+            with pytest.raises(SubmitError, match="declared list"):
+                total.submit({1.0, 2.0}, 0.1)            # a set, not the list declared
 
 
         def test_nothing_is_left_in_the_working_directory():

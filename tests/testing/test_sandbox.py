@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,14 +22,22 @@ def test_results_and_arguments_go_through_the_codec(tmp_path: Path) -> None:
     seen: list[object] = []
 
     @app.work(durable=True)
-    def pair(items: tuple[int, int]) -> tuple[int, int]:
+    def pair(items: Any) -> Any:  # Any: plain JSON
+        seen.append(items)
+        return items
+
+    @app.work(durable=True)
+    def typed_pair(items: tuple[int, int]) -> tuple[int, int]:
         seen.append(items)
         return items
 
     with Sandbox(app, home=tmp_path):
-        # JSON has no tuples: the worker gets a list and the caller gets one back, as on a real queue
+        # JSON has no tuples: an undeclared one arrives as a list, as on a real queue ...
         assert pair.submit((1, 2)).result(timeout=0) == [1, 2]
-    assert seen == [[1, 2]]
+        # ... and a declared one is rebuilt by its annotation, on both sides
+        assert typed_pair.submit((1, 2)).result(timeout=0) == (1, 2)
+    assert seen == [[1, 2], (1, 2)]
+    assert type(seen[1]) is tuple
 
 
 def test_a_keyed_job_runs_once_and_its_duplicate_gets_the_first_handle(tmp_path: Path) -> None:

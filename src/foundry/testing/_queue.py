@@ -35,6 +35,7 @@ from foundry.handle import FutureSource, Handle, Outcome
 from foundry.payload import DEFAULT_MAX_PAYLOAD, RESULT_FIX, too_large
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 from foundry.serialize import decode_call, encode_error, get_codec
+from foundry.typed import payloads_for
 
 if TYPE_CHECKING:
     from foundry.testing.sandbox import Sandbox
@@ -93,7 +94,12 @@ def run_job(spec: UnitSpec, job: NewJob) -> Outcome:
     while True:
         try:  # a worker decodes the stored bytes on every delivery; a record it cannot is not retried
             args, kwargs = decode_call(
-                job.payload, job.codec, spec.traits.codec, unit=spec.name, what=f"job {job.id}'s arguments"
+                job.payload,
+                job.codec,
+                spec.traits.codec,
+                unit=spec.name,
+                what=f"job {job.id}'s arguments",
+                types=payloads_for(spec.name, spec.fn),  # rebuilt by the unit's annotations, as a worker does
             )
         except RecordError as exc:
             return Outcome(error=exc)
@@ -134,8 +140,12 @@ def _state(spec: UnitSpec, job: NewJob, attempts: int, status: JobStatus, **reco
 
 
 def _succeeded(spec: UnitSpec, job: NewJob, attempts: int, value: Any) -> Outcome:
-    try:
-        data = get_codec(spec.traits.codec).encode(value, unit=spec.name, what="the result")
+    try:  # as the worker records it: checked against the declared return type, then encoded
+        codec = get_codec(spec.traits.codec)
+        typed = payloads_for(spec.name, spec.fn).dump_result(value, what=f"the result of job {job.id}")
+        data = codec.encode(typed if codec.name == "json" else value, unit=spec.name, what="the result")
+    except SubmitError as exc:  # a result of the wrong type: the job fails, as on a worker
+        return Outcome(error=exc)
     except Exception as exc:
         error = SubmitError(
             f"unit {spec.name!r}: the result of job {job.id} cannot be encoded with codec="
