@@ -62,6 +62,7 @@ def _tracestate(value: str) -> str | None:
     members: list[str] = []
     seen: set[str] = set()
     size = 0
+    full = False  # once one member does not fit, the rest are dropped: whole members from the front
     for raw in value.split(","):
         member = raw.strip(" \t")
         if not member:
@@ -73,7 +74,8 @@ def _tracestate(value: str) -> str | None:
             return None
         seen.add(key)
         grown = size + len(member) + (1 if members else 0)
-        if len(members) < _MAX_MEMBERS and grown <= MAX_TRACESTATE:
+        full = full or len(members) >= _MAX_MEMBERS or grown > MAX_TRACESTATE
+        if not full:
             members.append(member)
             size = grown
     return ",".join(members) or None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from foundry.backends.stream import NewEvent, Start
@@ -84,6 +84,9 @@ def test_parse_trace_returns_a_valid_bounded_field_or_none_for_anything(value: o
     st.from_regex(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z"),
     st.lists(st.from_regex(r"\A[a-z][a-z0-9_*/-]{0,20}=[!-+\--<>-~]{1,30}\Z"), max_size=40),
 )
+# 499 characters kept, then a member too long for the rest, then one short enough: the
+# short one is dropped too (kept members are a prefix, never a selection)
+@example(PARENT, [f"a{i:03}=" + "x" * 44 for i in range(10)] + ["big=" + "y" * 30, "c=d"])
 def test_a_valid_context_round_trips_and_a_long_tracestate_is_cut_by_members(
     parent: str, members: list[str]
 ) -> None:
