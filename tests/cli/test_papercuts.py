@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ def test_a_piped_plan_honours_columns_and_has_no_trailing_spaces(
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert [line for line in lines if line != line.rstrip()] == []
+    assert "FOUNDRY_HOME" not in os.environ  # the demo's state directory was its own
     assert "fallback" in _words(out)  # "simple / fallback", once cut to "fallba…"
     # Without COLUMNS a pipe gets 140 columns (rich's own default, 80, wraps every table)
     monkeypatch.delenv("COLUMNS")
@@ -89,6 +91,7 @@ def test_a_piped_demo_honours_columns_and_has_no_trailing_spaces(
     cli: CLI, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("FOUNDRY_HOME", raising=False)
     code, out, err = cli("demo", "--only", "inprocess", "--home", str(tmp_path))
     assert code == 0, err
     lines = out.splitlines()

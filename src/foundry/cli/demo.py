@@ -29,17 +29,24 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()  # a pipe gets COLUMNS (or 140) columns without trailing spaces
     home = args.home or tempfile.mkdtemp(prefix="foundry-demo-")
-    os.environ["FOUNDRY_HOME"] = home
     console.print(f"[dim]state directory: {home}[/dim]")
-    for name, title in SECTIONS:
-        if args.only and name not in args.only:
-            continue
-        try:
-            module = importlib.import_module(f"foundry.demos.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"foundry.demos.{name}":
+    before = os.environ.get("FOUNDRY_HOME")
+    os.environ["FOUNDRY_HOME"] = home  # the sections' apps find their state here
+    try:
+        for name, title in SECTIONS:
+            if args.only and name not in args.only:
                 continue
-            raise
-        console.print(Rule(f"[bold]{title}[/bold]"))
-        module.run(console)
+            try:
+                module = importlib.import_module(f"foundry.demos.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name == f"foundry.demos.{name}":
+                    continue
+                raise
+            console.print(Rule(f"[bold]{title}[/bold]"))
+            module.run(console)
+    finally:  # called in-process (a test, a notebook), the caller's environment is its own again
+        if before is None:
+            os.environ.pop("FOUNDRY_HOME", None)
+        else:
+            os.environ["FOUNDRY_HOME"] = before
     return 0
