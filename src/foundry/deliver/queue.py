@@ -44,6 +44,7 @@ from foundry.handle import Handle, Outcome, Status
 from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.observe.tracing import decision_attributes, messaging_system
+from foundry.outage import ride_outage
 from foundry.payload import DEFAULT_MAX_PAYLOAD
 from foundry.retry import Backoff
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
@@ -185,17 +186,15 @@ class JobSource:
         if self._final is not None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        pauses = _OUTAGE.pauses()
         while True:
-            left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
-            try:
-                state = self._backend.wait(self.id, max(0.0, left))
-            except BackendUnavailableError:  # a broker restart: keep waiting within the timeout
-                pause = next(pauses)
-                if deadline is not None and time.monotonic() + pause >= deadline:
-                    return False
-                time.sleep(pause)
-                continue
+            try:  # a broker restart: keep waiting within the timeout
+                state = ride_outage(
+                    lambda: self._backend.wait(self.id, _slice(deadline)),
+                    within=None if deadline is None else deadline - time.monotonic(),
+                    policy=_OUTAGE,
+                )
+            except BackendUnavailableError:
+                return False
             if state is None:
                 self._state()  # raises NotFoundError
             elif state.status in FINISHED:
@@ -499,16 +498,7 @@ class QueueRunner:
         """Enqueue, retrying a store that is briefly unreachable (a restart) for up to
         ``_SUBMIT_RETRY`` seconds. Safe: a retry carries the same job ids, so a first
         attempt whose commit did happen is found, not duplicated."""
-        deadline = time.monotonic() + _SUBMIT_RETRY
-        pauses = _OUTAGE.pauses()
-        while True:
-            try:
-                return enqueue()
-            except BackendUnavailableError:
-                pause = next(pauses)
-                if time.monotonic() + pause > deadline:
-                    raise
-                time.sleep(pause)
+        return ride_outage(enqueue, within=_SUBMIT_RETRY, policy=_OUTAGE)
 
     async def asubmit(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: SubmitOptions) -> Handle:
         return await asyncio.to_thread(self.submit, args, kwargs, options)
@@ -525,6 +515,11 @@ class QueueRunner:
 
 def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> QueueRunner:
     return QueueRunner(spec, ctx)
+
+
+def _slice(deadline: float | None) -> float:
+    """How long one wait on the store may block: a slice, never past ``deadline``."""
+    return _WAIT_SLICE if deadline is None else max(0.0, min(_WAIT_SLICE, deadline - time.monotonic()))
 
 
 _HANDLE_RUNTIMES: dict[tuple[int, str], QueueRuntime] = {}

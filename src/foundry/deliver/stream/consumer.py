@@ -24,7 +24,6 @@ from foundry.backends.stream import (
     StreamBackend,
     StreamConfig,
 )
-from foundry.deliver.stream._outage import ride_outage
 from foundry.deliver.stream.event import StreamEvent
 from foundry.deliver.stream.idempotency import IdempotencyUnavailableError, OnceGuard
 from foundry.deliver.stream.options import GroupSpec
@@ -37,6 +36,7 @@ from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.observe.stall import Target
 from foundry.observe.tracing import Tracing
+from foundry.outage import ride_outage
 from foundry.retry import Backoff
 from foundry.serialize import Codec, encode_error
 
@@ -152,7 +152,7 @@ class Consumer:
                 f"{runtime.name}/{self.group}",
                 self.name,
                 max(self.options.ack_deadline, self.options.timeout or 0.0),
-                lambda call: ride_outage(self.stopping, call),
+                lambda call: ride_outage(call, stop=self.stopping),
             )
         self._worker = threading.Thread(target=self._work, name=f"foundry-stream-{self.name}", daemon=True)
         self._beat = threading.Thread(target=self._heartbeat, name=f"foundry-beat-{self.name}", daemon=True)
@@ -305,7 +305,6 @@ class Consumer:
         try:
             try:
                 events = ride_outage(
-                    self.stopping,
                     lambda: backend.read(
                         stream,
                         self.group,
@@ -315,6 +314,7 @@ class Consumer:
                         ack_deadline=self.options.ack_deadline,
                         timeout=wait,
                     ),
+                    stop=self.stopping,
                 )
             except BackendUnavailableError:
                 return False
@@ -341,7 +341,8 @@ class Consumer:
     def _commit(self, partition: int, offset: int) -> None:
         try:
             ride_outage(
-                self.stopping, lambda: self._backend.commit(self.runtime.name, self.group, partition, offset)
+                lambda: self._backend.commit(self.runtime.name, self.group, partition, offset),
+                stop=self.stopping,
             )
         except BackendUnavailableError:
             log.warning(
@@ -369,8 +370,8 @@ class Consumer:
         )
         try:
             ride_outage(
-                self.stopping,
                 lambda: self._backend.dead_letter(self.runtime.name, self.group, event, reason, record),
+                stop=self.stopping,
             )
         except BackendError as exc:
             log.warning(

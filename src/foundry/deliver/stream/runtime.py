@@ -24,7 +24,6 @@ from foundry.backends.stream import (
     open_stream_backend,
 )
 from foundry.config import DEFAULT_WATCHDOG, safe_url
-from foundry.deliver.stream._outage import ride_outage
 from foundry.deliver.stream.consumer import Consumer
 from foundry.deliver.stream.consumers import Consumers
 from foundry.deliver.stream.event import Published
@@ -41,6 +40,7 @@ from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.observe.stall import UnitLike
 from foundry.observe.tracing import OFF, Tracing, messaging_system
+from foundry.outage import ride_outage
 from foundry.serialize import Codec, get_codec
 
 __all__ = ["StreamRuntime"]
@@ -220,11 +220,10 @@ class StreamRuntime:
         ]
         backend = self.backend
         out: list[Published] = []
-        never = threading.Event()
         for start in range(0, len(encoded), PUBLISH_CHUNK):
             chunk = encoded[start : start + PUBLISH_CHUNK]
             # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
-            appended = ride_outage(never, functools.partial(backend.append, self.name, chunk), attempts=8)
+            appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
             out.extend(
                 Published(e.id, a.partition, a.offset, a.duplicate)
                 for e, a in zip(chunk, appended, strict=True)

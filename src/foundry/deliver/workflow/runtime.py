@@ -51,8 +51,8 @@ from foundry.handle import Handle, Outcome, Status
 from foundry.observe import names
 from foundry.observe.metrics import Gauge, Registry
 from foundry.observe.tracing import OFF, Tracing, decision_attributes
+from foundry.outage import ride_outage
 from foundry.payload import DEFAULT_MAX_PAYLOAD, too_large
-from foundry.retry import OUTAGE
 from foundry.runtime import UnitSpec
 from foundry.serialize import (
     DEFAULT_ERROR_TYPES,
@@ -252,15 +252,7 @@ class WorkflowRuntime:
         """``call()`` (a journal call), riding out a short outage such as a database
         restart: ``journal_retries`` tries (8), backing off from 50 ms to 2 s, about 5 s in
         all; then the last :class:`~foundry.errors.BackendUnavailableError` is raised."""
-        pauses, tries = OUTAGE.pauses(), max(1, self.journal_retries)
-        for attempt in range(tries):
-            try:
-                return call()
-            except BackendUnavailableError:
-                if attempt == tries - 1:
-                    raise
-                self.real_sleep(next(pauses))
-        raise AssertionError("unreachable")  # pragma: no cover
+        return ride_outage(call, tries=max(1, self.journal_retries), sleep=self.real_sleep)
 
     def nap(self, mark: int | None, seconds: float) -> None:
         """Sleep ``seconds`` on the journal's clock; on real time, a journal change after
