@@ -154,10 +154,13 @@ class StreamDecl:
         timeout: str | float | None = None,
         session: str | float = "10s",
         retry_backoff: str | float = "100ms",
+        idempotent: bool | str = False,
     ) -> Callable[[F], F]:
         """Declare the handler of consumer group ``group`` (it gets a
         :class:`~foundry.deliver.stream.StreamEvent`). A new group starts at
-        ``start``: ``"beginning"``, ``"end"``, an offset (int) or a unix time (float)."""
+        ``start``: ``"beginning"``, ``"end"``, an offset (int) or a unix time (float).
+        ``idempotent=True`` runs the handler once per event id, recorded on the stream's own
+        engine; a store URL (``"redis://cache:6379/2"``) keeps the records there instead."""
         from foundry.backends.stream import check_name
         from foundry.deliver.stream import ConsumerOptions
 
@@ -179,6 +182,7 @@ class StreamDecl:
             timeout=None if timeout is None else seconds("timeout", timeout),
             session=seconds("session", session),
             retry_backoff=seconds("retry_backoff", retry_backoff),
+            idempotent=idempotent,
         )
 
         def register(target: F) -> F:

@@ -423,10 +423,10 @@ def test_an_idempotent_group_runs_each_event_once_across_replays(
     s = app.stream(unique("idem"), key="k")
     seen: list[int] = []
 
+    @s.consumer(group="g", idempotent=True)  # the declaration users write
     def handle(event: StreamEvent) -> None:
         seen.append(event["n"])
 
-    s.runtime.add_group(handle, ConsumerOptions(group="g", idempotent=True))
     s.publish_many([{"k": "a", "n": n} for n in range(5)])
     s.drain(timeout=60)
     assert seen == [0, 1, 2, 3, 4]
@@ -495,6 +495,12 @@ def test_idempotent_takes_true_false_or_a_url() -> None:
     with pytest.raises(DeclarationError, match="idempotent"):
         ConsumerOptions(group="g", idempotent=1)  # type: ignore[arg-type]
     assert ConsumerOptions(group="g", idempotent="redis://h:6379/0").idempotent == "redis://h:6379/0"
+
+
+def test_the_consumer_declaration_refuses_a_bad_idempotent_with_the_fix(make_app: Callable[..., Any]) -> None:
+    s = make_app().stream(unique("decl"))
+    with pytest.raises(DeclarationError, match=r"idempotent.*billing\.db.*redis://"):
+        s.consumer(group="g", idempotent="billing.db")
 
 
 @pytest.mark.parametrize("engine_name", ["postgres", "redis", "nats"])
