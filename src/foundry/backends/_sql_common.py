@@ -20,6 +20,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -175,15 +176,36 @@ def sqlite_connect(
     WAL journal (``wal``; not for an in-memory database) and ``synchronous`` (``FULL``,
     ``NORMAL``…). A ``sqlite3.Error`` is the caller's to map; the connection is closed
     when a setting fails."""
-    conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=timeout, uri=uri)
+    # The set-up waits for locks longer than the caller's operations may: a writer that runs
+    # on timeout=0 (it handles "busy" itself) must still open a file that several processes
+    # open at the same moment, while one of them converts it to WAL or recovers its WAL.
+    # Switching the journal mode can report "locked" without calling the busy handler, so
+    # it is also retried, within the same bound.
+    conn = sqlite3.connect(
+        target, isolation_level=None, check_same_thread=False, timeout=max(timeout, _OPEN_WAIT), uri=uri
+    )
     try:
-        if wal:
-            conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        deadline = time.monotonic() + _OPEN_WAIT
+        while True:
+            try:
+                if wal:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+                break
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+        if timeout < _OPEN_WAIT:
+            conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+_OPEN_WAIT = 10.0  # seconds an opening connection waits for another process's lock
 
 
 def sqlite_file(url: str, kind: str) -> str:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import ClassVar
 
-from foundry.backends._sql_common import sqlite_error, sqlite_file
+from foundry.backends._sql_common import sqlite_connect, sqlite_error, sqlite_file
 from foundry.backends.idempotency._sql import COLUMNS, SqlIdempotencyStore
 from foundry.backends.idempotency.base import DEFAULT_MAX_AGE, DEFAULT_MAX_RECORDS, check_scope_key
 
@@ -63,9 +63,7 @@ class SqliteIdempotencyStore(SqlIdempotencyStore):
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn = sqlite_connect(self.path, timeout=30.0, synchronous="NORMAL")
             self._local.conn = conn
             with self._lock:
                 self._conns.append(conn)

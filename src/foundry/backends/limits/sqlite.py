@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from foundry.backends._sql_common import sqlite_error, sqlite_file
+from foundry.backends._sql_common import sqlite_connect, sqlite_error, sqlite_file
 from foundry.backends.limits._sql import DDL, SqlLimits, table_prefix
 from foundry.config import safe_url
 from foundry.errors import BackendError
@@ -39,10 +39,12 @@ class SqliteLimits(SqlLimits):
         else:
             self.path = sqlite_file(url, "queue")
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         self._what = f"limits {safe_url(url)}"
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn = sqlite_connect(self.path, timeout=30.0, synchronous="FULL")
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        try:
             for statement in DDL:
                 self._conn.execute(self._sql(statement))
         except sqlite3.Error as exc:
