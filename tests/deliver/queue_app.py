@@ -125,6 +125,11 @@ async def async_sleepy(seconds: float) -> float:
     return seconds
 
 
+async def async_blocking(seconds: float) -> float:
+    time.sleep(seconds)  # blocks its event loop: the loop cannot cancel it at its timeout
+    return seconds
+
+
 def steps(marker: str, total: int) -> int:
     """Reports ``total`` steps of progress, waiting at the middle one until ``marker``
     says "go" (a plain function, an isolated one: the same body)."""
@@ -181,6 +186,7 @@ def make_app(queue: str | None = None, name: str = "queue-tests") -> Foundry:
     app.work(durable=True, isolate=True, retries=3, backoff="10ms")(spin_blind)
     app.work(durable=True, retries=3, backoff="10ms")(async_spin)
     app.work(durable=True, timeout="200ms")(async_sleepy)
+    app.work(durable=True, timeout="200ms")(async_blocking)
     app.work(durable=True)(steps)
     app.work(durable=True, isolate=True, name="steps_isolated")(steps_copy)
     app.work(durable=True, isolate=True)(steps_then_crash)

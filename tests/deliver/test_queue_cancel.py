@@ -97,6 +97,13 @@ def test_an_async_job_past_its_timeout_has_its_task_cancelled(env: Env) -> None:
     assert env.unit("async_sleepy").submit(0.01).result(timeout=30) == 0.01
 
 
+def test_an_async_job_that_blocks_its_loop_is_failed_by_the_watcher_naming_the_block(env: Env) -> None:
+    env.worker()
+    with pytest.raises(WorkTimeoutError, match="its event loop did not cancel it"):
+        env.unit("async_blocking").submit(4.0).result(timeout=30)
+    assert env.unit("async_sleepy").submit(0.01).result(timeout=30) == 0.01  # the loop serves again
+
+
 def test_a_claimed_job_that_has_not_started_never_starts(env: Env, tmp_path: Path) -> None:
     # Given a worker with one runner busy, and a second job claimed into its buffer
     env.worker(concurrency=1, prefetch=2)

@@ -104,6 +104,9 @@ T = TypeVar("T")
 BATCH_WINDOW = 0.001  # the longest a claim waits for company when jobs trickle in
 ACK_WINDOW = 0.003  # ... and an acknowledgement (results show up that much later, commits are fewer)
 PURGE_EVERY = 600.0  # seconds between deletions of finished jobs past their result_ttl
+# An async job's own loop cancels it at its timeout; the watcher steps in only this much
+# later (a loop blocked by other code cannot), so a busy machine does not race the two.
+ASYNC_TIMEOUT_GRACE = 2.0
 
 
 class AppLike(Protocol):
@@ -778,7 +781,12 @@ class Worker:
                     c = job.claimed
                     if job.lost or job.stale:
                         continue
-                    if c.timeout is not None and job.started is not None and now - job.started > c.timeout:
+                    grace = 0.0 if job.task is None else ASYNC_TIMEOUT_GRACE
+                    if (
+                        c.timeout is not None
+                        and job.started is not None
+                        and now - job.started > c.timeout + grace
+                    ):
                         self._time_out(job)
                         continue
                     self._write_progress(job, every=WRITE_EVERY)
@@ -867,13 +875,23 @@ class Worker:
             return  # the processes model kills the child at its timeout itself
         if not self._take(job):
             return
-        error = WorkTimeoutError(
-            f"unit {job.claimed.unit!r}: job {job.claimed.id} ran past its timeout of "
-            f"{job.claimed.timeout}s; "
-            "the attempt was failed (a thread cannot be stopped from outside: it stops at its next "
-            "foundry.execute.checkpoint(), and its result is discarded). Fix: raise timeout=, call "
-            "checkpoint() in long loops, or declare isolate=True so a timeout kills the work"
-        )
+        if job.task is not None:  # its loop did not cancel it in time: blocked by other code
+            error = WorkTimeoutError(
+                f"unit {job.claimed.unit!r}: job {job.claimed.id} ran past its timeout of "
+                f"{job.claimed.timeout}s and its event loop did not cancel it within "
+                f"{ASYNC_TIMEOUT_GRACE:g}s more (something blocks the loop); the attempt was failed "
+                "and its task cancelled. Fix: find the blocking call (foundry top shows the loop's "
+                "lag and the handler), or move it off the loop"
+            )
+            job.task.cancel()
+        else:
+            error = WorkTimeoutError(
+                f"unit {job.claimed.unit!r}: job {job.claimed.id} ran past its timeout of "
+                f"{job.claimed.timeout}s; "
+                "the attempt was failed (a thread cannot be stopped from outside: it stops at its "
+                "next foundry.execute.checkpoint(), and its result is discarded). Fix: raise timeout=, "
+                "call checkpoint() in long loops, or declare isolate=True so a timeout kills the work"
+            )
         job.interrupt.stop(error)
         try:
             spec: UnitSpec | None = self.ctx.lookup(job.claimed.unit)
