@@ -126,7 +126,7 @@ async def async_sleepy(seconds: float) -> float:
 
 
 async def async_blocking(seconds: float) -> float:
-    time.sleep(seconds)  # blocks its event loop: the loop cannot cancel it at its timeout
+    time.sleep(seconds)  # noqa: ASYNC251 - blocks its event loop on purpose: it cannot cancel it
     return seconds
 
 
