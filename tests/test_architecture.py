@@ -280,3 +280,64 @@ def test_nothing_imports_another_packages_private_names() -> None:
                 shown = f"{target}.{name}" if private is None else target
                 out.append(f"{me} -> {shown}: private to {owner}")
     assert not out, "imports of another package's private names:\n  " + "\n  ".join(out)
+
+
+def _task_private_names() -> set[str]:
+    from foundry.execute._task import Task
+
+    slots = {name for name in Task.__slots__ if name.startswith("_") and not name.startswith("__")}
+    methods = {name for name in vars(Task) if name.startswith("_") and not name.startswith("__")}
+    return slots | methods
+
+
+def _task_subclasses(trees: dict[Path, ast.Module]) -> set[str]:
+    """Names of the classes that derive from ``Task``, directly or through one another."""
+    bases: dict[str, set[str]] = {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases.setdefault(node.name, set()).update(
+                    b.attr if isinstance(b, ast.Attribute) else b.id
+                    for b in node.bases
+                    if isinstance(b, (ast.Name, ast.Attribute))
+                )
+    found = {"Task"}
+    while True:
+        more = {name for name, of in bases.items() if of & found} - found
+        if not more:
+            return found - {"Task"}
+        found |= more
+
+
+def test_only_the_task_module_touches_a_tasks_private_fields() -> None:
+    """``Task``'s private fields (and private methods) change only through its owner API
+    (``start``, ``finish``, ``requeue`` and their ``*_locked`` twins, ``state``, ``error``):
+    the state machine lives in ``execute/_task.py`` alone.
+
+    Other classes legitimately have attributes of the same names (a pool's ``self._lock``,
+    a channel's ``self._state``), so an access counts when it is made on anything but a
+    bare ``self`` / ``cls`` (``task._state``, ``t._settle(...)``, ``entry[0]._state``: in
+    ``src/foundry`` these names on another object are a task's, and reaching into another
+    object's private attribute is what this forbids anyway), or on ``self`` inside a
+    subclass of ``Task``, which goes through the owner API like any executor."""
+    names = _task_private_names()
+    trees = {
+        path: ast.parse(path.read_text(), filename=str(path))
+        for path in sorted(SRC.rglob("*.py"))
+        if path != SRC / "execute" / "_task.py"
+    }
+    subclasses = _task_subclasses(trees)
+    out: list[str] = []
+    for path, tree in trees.items():
+        inside_task: set[int] = set()  # ids of attribute nodes in a Task subclass's body
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in subclasses:
+                inside_task.update(id(n) for n in ast.walk(node) if isinstance(n, ast.Attribute))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr not in names:
+                continue
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not on_self or id(node) in inside_task:
+                out.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
+    out.sort()
+    assert not out, "Task's private fields touched outside execute/_task.py:\n  " + "\n  ".join(out)

@@ -6,9 +6,25 @@ primitive (an ``Event`` for threads, a loop future for coroutines) is made only 
 somebody waits before the outcome is known. Done-callbacks run once, outside the lock,
 in the thread that finished the task (or at once, if it already finished).
 
-The owner (a pool, a loop runner, a process pool) drives the transitions
-``QUEUED → RUNNING → SUCCEEDED | FAILED | CANCELLED``; the first final state wins, so a
-late result of work that was cancelled or timed out is discarded, never delivered twice.
+The state machine. The owner (a pool, a loop runner, a process pool) drives it through
+the owner API below, never by writing the fields, so the rules live in this one place::
+
+    QUEUED ──start──▶ RUNNING ──finish──▶ SUCCEEDED | FAILED | CANCELLED
+      │  ◀──requeue──┘                      ▲
+      └───────────────finish────────────────┘   (cancelled or refused before it started)
+
+- ``start`` moves QUEUED → RUNNING and says ``False`` when the task is no longer queued
+  (it was cancelled first): the owner then skips it.
+- ``finish`` records the outcome; the first final state wins, so a late result of work
+  that was cancelled or timed out is discarded, never delivered twice. A
+  :class:`~foundry.errors.CancelledError` makes it CANCELLED, any other error FAILED.
+- ``requeue`` puts a task that never really ran back to QUEUED (a process pool whose
+  child died holding units it had been handed ahead).
+
+Each transition has a ``*_locked`` twin for an owner that already holds its lock (the
+lock is the owner's, shared by all its tasks, so the owner can update its own books in
+the same critical section); ``finish_locked`` hands back the callbacks, which the caller
+runs once it has let go of the lock. Executors only read ``state`` and ``error``.
 """
 
 from __future__ import annotations
@@ -77,32 +93,53 @@ class Task:
         self.enqueued = 0.0
         self.started = 0.0
 
-    # -- the owner's side --------------------------------------------------------
+    # -- reading (executors) -------------------------------------------------------
 
     @property
     def state(self) -> int:
+        """One of ``QUEUED``, ``RUNNING``, ``SUCCEEDED``, ``FAILED``, ``CANCELLED``."""
         return self._state
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error it finished with (``None`` while unfinished, or when it succeeded)."""
+        return self._error
+
+    # -- the owner's side: transitions (see the module doc) ------------------------
 
     def start(self) -> bool:
         """QUEUED → RUNNING; ``False`` when it was cancelled first."""
         with self._lock:
-            if self._state != QUEUED:
-                return False
-            self._state = RUNNING
-            return True
+            return self.start_locked()
+
+    def start_locked(self) -> bool:
+        """:meth:`start`, for a caller that holds the owner's lock."""
+        if self._state != QUEUED:
+            return False
+        self._state = RUNNING
+        return True
+
+    def requeue_locked(self) -> bool:
+        """Under the owner's lock: back to QUEUED, it never really ran; ``False`` (and
+        nothing changes) when it is final already."""
+        if self._state >= SUCCEEDED:
+            return False
+        self._state = QUEUED
+        return True
 
     def finish(self, value: Any = None, error: BaseException | None = None) -> bool:
         """Record the outcome; ``False`` (and nothing changes) if one was recorded already."""
         with self._lock:
-            callbacks = self._settle(value, error)
+            callbacks = self.finish_locked(value, error)
         if callbacks is None:
             return False
         for callback in callbacks:
             callback()
         return True
 
-    def _settle(self, value: Any, error: BaseException | None) -> list[Callable[[], None]] | None:
-        """Under the owner's lock: set the final state; the callbacks to run, or ``None``."""
+    def finish_locked(self, value: Any, error: BaseException | None) -> list[Callable[[], None]] | None:
+        """:meth:`finish`, for a caller that holds the owner's lock: the callbacks it must
+        run once it lets go of the lock, or ``None`` if an outcome was recorded already."""
         if self._state >= SUCCEEDED:
             return None
         if error is None:
@@ -119,15 +156,26 @@ class Task:
     def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` once the outcome is final (now, if it already is)."""
         with self._lock:
-            if self._callbacks is not None:
-                self._callbacks.append(callback)
+            if self.add_done_callback_locked(callback):
                 return
         callback()
 
+    def add_done_callback_locked(self, callback: Callable[[], None]) -> bool:
+        """Under the owner's lock: keep ``callback`` for when the outcome is final;
+        ``False`` (kept nowhere) when it is final already."""
+        if self._callbacks is None:
+            return False
+        self._callbacks.append(callback)
+        return True
+
     def remove_done_callback(self, callback: Callable[[], None]) -> None:
         with self._lock:
-            if self._callbacks is not None and callback in self._callbacks:
-                self._callbacks.remove(callback)
+            self.remove_done_callback_locked(callback)
+
+    def remove_done_callback_locked(self, callback: Callable[[], None]) -> None:
+        """Under the owner's lock: forget ``callback`` if it is still waiting to run."""
+        if self._callbacks is not None and callback in self._callbacks:
+            self._callbacks.remove(callback)
 
     # -- Source ------------------------------------------------------------------
 

@@ -333,7 +333,7 @@ class AsyncTask(Task):
 
     def wait(self, timeout: float | None) -> bool:
         if (
-            self._state < SUCCEEDED
+            self.state < SUCCEEDED
             and self.loop_thread == threading.get_ident()
             and self.loop is not None
             and self.loop.is_running()
@@ -420,7 +420,7 @@ class AsyncRunner:
         now = time.perf_counter()
         with self._lock:
             for item in self._waiting:
-                if isinstance(item, AsyncTask) and item._state == QUEUED:
+                if isinstance(item, AsyncTask) and item.state == QUEUED:
                     return max(0.0, now - item.enqueued)
         return 0.0
 
@@ -751,15 +751,16 @@ class AsyncRunner:
     def cancel_task(self, task: Task) -> bool:
         assert isinstance(task, AsyncTask)
         with self._lock:
-            if task._state >= SUCCEEDED:
+            state = task.state
+            if state >= SUCCEEDED:
                 return False
-            if task._state == QUEUED:  # in the intake, or granted a permit and not started yet
+            if state == QUEUED:  # in the intake, or granted a permit and not started yet
                 if task.in_intake:
                     task.in_intake = False
                     self._queued -= 1
                     self._live.discard(task)
                     self._wake_room()
-                callbacks = task._settle(
+                callbacks = task.finish_locked(
                     None, CancelledError(f"unit {self.name!r}: cancelled before it started")
                 )
             else:

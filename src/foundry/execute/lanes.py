@@ -87,7 +87,7 @@ class LaneTask(Task):
         self.cancel_asked = False
 
     def status(self) -> Status:
-        if self._state >= SUCCEEDED or self.inner is None:
+        if self.state >= SUCCEEDED or self.inner is None:
             return super().status()
         inner = self.inner.status
         # Finished on the model but not yet settled here (its callback is on its way):
@@ -244,7 +244,7 @@ class KeyedRunner:
                 if not self._ready:
                     return
                 task = self._ready.popleft()
-                if task._state != QUEUED:  # cancelled while ready: its lane moved on then
+                if task.state != QUEUED:  # cancelled while ready: its lane moved on then
                     continue
                 self._waiting -= 1
                 self._room.notify()
@@ -304,7 +304,7 @@ class KeyedRunner:
         assert isinstance(task, LaneTask)
         callbacks: list[Callable[[], None]] | None = None
         with self._lock:
-            if task._state >= SUCCEEDED:
+            if task.state >= SUCCEEDED:
                 return task.status() == Status.CANCELLED
             inner = task.inner
             if inner is None and task in self._ready:  # active, not handed over: drop it
@@ -321,7 +321,7 @@ class KeyedRunner:
                 return True
             if inner is None:
                 error = CancelledError(f"unit {self.name!r}: cancelled before it started")
-                callbacks = task._settle(None, error)
+                callbacks = task.finish_locked(None, error)
         if inner is not None:
             return inner.cancel()
         for callback in callbacks or ():

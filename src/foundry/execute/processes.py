@@ -86,7 +86,7 @@ from foundry.errors import (
     WorkTimeoutError,
 )
 from foundry.execute._child import ERROR, OK, PICKLE, SKIPPED, child_main, resolve_target
-from foundry.execute._task import QUEUED, RUNNING, SUCCEEDED, Task
+from foundry.execute._task import QUEUED, SUCCEEDED, Task
 from foundry.execute.instrument import (
     IdMaker,
     PoolGauges,
@@ -252,7 +252,7 @@ class ProcessPool:
         now = time.perf_counter()
         with self._lock:
             for task in self._pending:
-                if task._state == QUEUED:
+                if task.state == QUEUED:
                     return max(0.0, now - task.enqueued)
         return 0.0
 
@@ -427,7 +427,7 @@ class ProcessPool:
             if limit is not None and child.handed >= limit:
                 break
             task = self._pending[0]
-            if task._state != QUEUED:
+            if task.state != QUEUED:
                 self._pending.popleft()
                 continue
             if ahead and task.timeout is not None:
@@ -437,7 +437,7 @@ class ProcessPool:
             ahead = bool(child.inflight)
             if not ahead:
                 child.head_since = now
-                task._state = RUNNING
+                task.start_locked()
                 task.started = now
             else:
                 child.ahead_bytes += task.size
@@ -645,19 +645,18 @@ class ProcessPool:
                 if head.ahead:
                     head.ahead = False
                     child.ahead_bytes -= head.size
-                if head._state == QUEUED:
-                    head._state = RUNNING
+                if head.start_locked():
                     head.started = now
                 child.head_since = now
             self._avg = seconds if not self._observed else 0.8 * self._avg + 0.2 * seconds
             self._observed += 1
             if kind == OK:
-                callbacks = task._settle(data, None)
+                callbacks = task.finish_locked(data, None)
             elif kind == SKIPPED:
                 callbacks = None
             else:
                 error = data if kind == ERROR else decode_error(data, self.errors)
-                callbacks = task._settle(None, error)
+                callbacks = task.finish_locked(None, error)
             retire = (
                 self.max_tasks_per_child is not None
                 and child.handed >= self.max_tasks_per_child
@@ -700,9 +699,8 @@ class ProcessPool:
                 if head is None and task.sent:
                     head = task  # whatever its state now, this is the one it was running
                     continue
-                if task._state >= SUCCEEDED:  # cancelled (and told to skip) already
+                if not task.requeue_locked():  # cancelled (and told to skip) already
                     continue
-                task._state = QUEUED
                 task.child = None
                 task.ahead = False
                 task.sent = False
@@ -796,7 +794,7 @@ class ProcessPool:
     def cancel_task(self, task: Task) -> bool:
         assert isinstance(task, ProcTask)
         with self._lock:
-            state = task._state
+            state = task.state
             if state >= SUCCEEDED:
                 return False
             child = task.child
@@ -808,7 +806,7 @@ class ProcessPool:
                 error = CancelledError(f"unit {self.name!r}: cancelled before it started")
             else:  # running: its child is killed (and replaced)
                 error = CancelledError(f"unit {self.name!r}: cancelled while running; its child was killed")
-            callbacks = task._settle(None, error)
+            callbacks = task.finish_locked(None, error)
         if child is not None:
             if state == QUEUED:
                 with child.send_lock, contextlib.suppress(OSError):
@@ -822,9 +820,9 @@ class ProcessPool:
     def _fail_everything(self, error: BaseException) -> None:
         """The children cannot run this unit at all: fail what is queued and handed out."""
         with self._lock:
-            tasks = [t for t in self._pending if t._state < SUCCEEDED]
+            tasks = [t for t in self._pending if t.state < SUCCEEDED]
             for child in self._children:
-                tasks.extend(t for t in child.inflight if t._state < SUCCEEDED)
+                tasks.extend(t for t in child.inflight if t.state < SUCCEEDED)
             self._pending.clear()
             self._depth = 0
             self._room.notify_all()
@@ -847,7 +845,7 @@ class ProcessPool:
                 if left <= 0:
                     break
                 self._room.wait(min(left, 0.05))
-            leftovers = [t for t in self._pending if t._state == QUEUED]
+            leftovers = [t for t in self._pending if t.state == QUEUED]
             children = list(self._children)
         for task in leftovers:
             self.cancel_task(task)

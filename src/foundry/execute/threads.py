@@ -153,8 +153,10 @@ def checkpoint() -> None:
     interrupted from outside, so this is where it notices. Elsewhere it does nothing.
     """
     task = _local.task
-    if task is not None and task.state != RUNNING and task._error is not None:
-        raise task._error
+    if task is not None and task.state != RUNNING:
+        error = task.error
+        if error is not None:
+            raise error
     interrupt = _local.interrupt
     if interrupt is not None and interrupt.error is not None:
         raise interrupt.error
@@ -167,7 +169,7 @@ class PoolTask(Task):
     owner: ThreadPool
 
     def wait(self, timeout: float | None) -> bool:
-        if self._state >= SUCCEEDED:
+        if self.state >= SUCCEEDED:
             return True
         pool = self.owner
         if _local.pool is pool and (timeout is None or timeout > 0):
@@ -230,7 +232,7 @@ class ThreadPool:
     def _oldest_age(self) -> float:
         with self._lock:
             for task in self._pending:
-                if task._state == QUEUED:
+                if task.state == QUEUED:
                     return max(0.0, time.perf_counter() - task.enqueued)
         return 0.0
 
@@ -338,9 +340,8 @@ class ThreadPool:
                     return
                 with lock:
                     pending.popleft()
-                    if task._state != QUEUED:  # cancelled while queued: its room was freed then
+                    if not task.start_locked():  # cancelled while queued: its room was freed then
                         continue
-                    task._state = RUNNING
                     self._depth -= 1
                     self._busy += 1
                     if self._room_waiters:
@@ -360,7 +361,7 @@ class ThreadPool:
                 now = perf()
                 with lock:
                     self._busy -= 1
-                    callbacks = task._settle(value, error)
+                    callbacks = task.finish_locked(value, error)
                     if self._closed and not self._busy and not self._depth:
                         self._room.notify_all()  # close() waits for the drain
                 if callbacks is not None:  # None: it was cancelled or timed out; the late outcome is dropped
@@ -377,7 +378,7 @@ class ThreadPool:
 
     def _expire(self, task: PoolTask) -> None:
         """The timer thread: ``task`` ran past its timeout."""
-        if task._state != RUNNING:
+        if task.state != RUNNING:
             return
         took = time.perf_counter() - task.started
         error = WorkTimeoutError(
@@ -393,7 +394,7 @@ class ThreadPool:
 
     def cancel_task(self, task: Task) -> bool:
         with self._lock:
-            state = task._state
+            state = task.state
             if state >= SUCCEEDED:
                 return state == CANCELLED
             if state == QUEUED:
@@ -406,7 +407,7 @@ class ThreadPool:
                     "the work was cancelled while running; its thread runs on until the function "
                     "returns or calls foundry.execute.checkpoint()"
                 )
-            callbacks = task._settle(None, CancelledError(f"unit {self.name!r}: {message}"))
+            callbacks = task.finish_locked(None, CancelledError(f"unit {self.name!r}: {message}"))
         for callback in callbacks or ():
             callback()
         return True
@@ -425,12 +426,10 @@ class ThreadPool:
         event = threading.Event()
         deadline = float("inf") if timeout is None else time.monotonic() + timeout
         with self._lock:
-            if task._state >= SUCCEEDED:
-                return True
+            if not task.add_done_callback_locked(event.set):
+                return True  # finished already
             self._waits[me] = (task, deadline)
             self._events[me] = event
-            if task._callbacks is not None:
-                task._callbacks.append(event.set)
             victim = self._deadlocked()
             if victim is not None:
                 self._doomed[victim] = self._deadlock_error(victim)
@@ -442,11 +441,10 @@ class ThreadPool:
                 self._waits.pop(me, None)
                 self._events.pop(me, None)
                 doom = self._doomed.pop(me, None)
-                if task._callbacks is not None and event.set in task._callbacks:
-                    task._callbacks.remove(event.set)
-        if doom is not None and task._state < SUCCEEDED:
+                task.remove_done_callback_locked(event.set)
+        if doom is not None and task.state < SUCCEEDED:
             raise doom
-        return task._state >= SUCCEEDED
+        return task.state >= SUCCEEDED
 
     def _deadlocked(self) -> int | None:
         """Under the lock: if every worker waits on an unfinished task of this pool, the
@@ -455,13 +453,13 @@ class ThreadPool:
             return None  # a worker is free (or still starting): it will take the queued work
         for ident in self._idents:
             entry = self._waits.get(ident)
-            if entry is None or entry[0]._state >= SUCCEEDED or ident in self._doomed:
+            if entry is None or entry[0].state >= SUCCEEDED or ident in self._doomed:
                 return None
         return min(self._waits, key=lambda ident: self._waits[ident][1])
 
     def _deadlock_error(self, ident: int) -> PoolDeadlockError:
         awaited, deadline = self._waits[ident]
-        where = "queued behind the waiters" if awaited._state == QUEUED else "running on a waiting worker"
+        where = "queued behind the waiters" if awaited.state == QUEUED else "running on a waiting worker"
         # A timed wait could only have ended by timing out: it times out now, and says why.
         kind = PoolDeadlockError if deadline == float("inf") else PoolDeadlockTimeoutError
         return kind(
@@ -488,7 +486,7 @@ class ThreadPool:
                     if left <= 0:
                         break
                     self._room.wait(left)
-            leftovers = [t for t in self._pending if t._state == QUEUED]
+            leftovers = [t for t in self._pending if t.state == QUEUED]
         for task in leftovers:
             self.cancel_task(task)
         for _ in self._threads:
