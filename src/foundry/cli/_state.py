@@ -41,20 +41,27 @@ def announce(command: str, text: str) -> None:
 
 
 def store(
-    command: str, kind: str, given: str | None, flag: str = "--url", *, must_exist: bool = True
+    command: str,
+    kind: str,
+    given: str | None,
+    flag: str = "--url",
+    *,
+    settings: Settings | None = None,
+    must_exist: bool = True,
 ) -> tuple[str, Path]:
     """(the URL of the ``kind`` store to open, the state directory), from ``--url`` or
-    the resolved settings; says which on stderr. The commands that read or change state
-    need it to exist already, so an embedded store that is not there is an error naming
-    the file, never a new empty database left behind in the working directory
-    (``must_exist=False``: the caller reads a missing store as empty, creating nothing)."""
+    ``settings`` (an app's; default: the resolved settings); says which on stderr. The
+    commands that read or change state need it to exist already, so an embedded store that
+    is not there is an error naming the file, never a new empty database left behind in
+    the working directory (``must_exist=False``: the caller reads a missing store as empty,
+    creating nothing)."""
     if given:
-        home = resolve_home()
+        home = settings.home if settings is not None else resolve_home()
         announce(command, f"{kind} {safe_url(given)} (from the command line; home {home})")
         url = given
         fix = f"check {flag} (sqlite:///rel.db is relative to the working directory; sqlite:////abs.db)"
     else:
-        settings: Settings = load_settings()
+        settings = settings if settings is not None else load_settings()
         announce(command, settings.describe(kind))
         url, home = getattr(settings, kind), settings.home
         fix = (

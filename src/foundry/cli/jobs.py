@@ -24,9 +24,10 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+from contextlib import AbstractContextManager
 from typing import Any
 
-from foundry.cli._state import MIN_PREFIX, full_id, shared_options
+from foundry.cli._state import MIN_PREFIX, shared_options
 from foundry.cli._target import Problem, console, reports_problems
 
 __all__ = ["add_parser"]
@@ -93,12 +94,11 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(func=usage)
 
 
-def _backend(args: argparse.Namespace) -> Any:
-    from foundry.backends.queue import open_queue_backend
-    from foundry.cli._state import store
+def _opened(args: argparse.Namespace) -> AbstractContextManager[Any]:
+    """The queue store the action reads (show, cancel, requeue: a unique prefix names its job)."""
+    from foundry.cli._backends import open_store
 
-    url, home = store(f"jobs {args.action}", "queue", args.url)
-    return open_queue_backend(url, home=home)
+    return open_store(f"jobs {args.action}", "queue", args.url, id_of=(args, "job"))
 
 
 def _when(t: float | None) -> str:
@@ -172,19 +172,9 @@ def _table(states: list[Any], title: str) -> None:
     console().print(table)
 
 
-def _with_backend(args: argparse.Namespace, fn: Any) -> int:
-    backend = _backend(args)
-    try:
-        if getattr(args, "id", None):  # show, cancel, requeue: a unique prefix names its job
-            args.id = full_id(backend, args.id, "job")
-        return int(fn(backend))
-    finally:
-        backend.close()
-
-
 @reports_problems("jobs")
 def _list(args: argparse.Namespace) -> int:
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         lister = getattr(backend, "jobs", None)
         if lister is None:
             raise Problem(
@@ -197,12 +187,10 @@ def _list(args: argparse.Namespace) -> int:
             _table(states, f"jobs in {backend.url}")
         return 0
 
-    return _with_backend(args, go)
-
 
 @reports_problems("jobs")
 def _dead(args: argparse.Namespace) -> int:
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         states = backend.dead_letters(args.queue, limit=args.limit)
         if args.json:
             print(json.dumps([_row(s) for s in states], indent=2))
@@ -212,8 +200,6 @@ def _dead(args: argparse.Namespace) -> int:
                 print("inspect: foundry jobs show ID   re-queue: foundry jobs requeue ID")
         return 0
 
-    return _with_backend(args, go)
-
 
 def _missing(job_id: str, url: str) -> Problem:
     return Problem(f"no job {job_id!r} in {url}. Fix: check the id (`foundry jobs list`) and --url")
@@ -221,7 +207,7 @@ def _missing(job_id: str, url: str) -> Problem:
 
 @reports_problems("jobs")
 def _show(args: argparse.Namespace) -> int:
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         state = backend.get(args.id)
         if state is None:
             raise _missing(args.id, backend.url)
@@ -262,13 +248,11 @@ def _show(args: argparse.Namespace) -> int:
             out.print(f"re-queue with: foundry jobs requeue {state.id}")
         return 0
 
-    return _with_backend(args, go)
-
 
 def _change(args: argparse.Namespace, action: str, done: str, refused: str) -> int:
     """``requeue`` one job; say why when the store refuses."""
 
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         if getattr(backend, action)(args.id):
             print(f"job {args.id} {done}")
             return 0
@@ -277,8 +261,6 @@ def _change(args: argparse.Namespace, action: str, done: str, refused: str) -> i
             raise _missing(args.id, backend.url)
         print(f"job {args.id} is {state.status.value}: {refused}", file=sys.stderr)
         return 1
-
-    return _with_backend(args, go)
 
 
 _STOPS = (
@@ -298,7 +280,7 @@ def _cancel(args: argparse.Namespace) -> int:
     except DeclarationError as exc:
         raise Problem(f"--wait {args.wait!r}: {exc.problem}. Fix: {exc.fix}", 2) from exc
 
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         done = backend.cancel(args.id)
         if done is CancelResult.UNKNOWN:
             raise _missing(args.id, backend.url)
@@ -324,8 +306,6 @@ def _cancel(args: argparse.Namespace) -> int:
         )
         return 1
 
-    return _with_backend(args, go)
-
 
 @reports_problems("jobs")
 def _requeue(args: argparse.Namespace) -> int:
@@ -339,7 +319,7 @@ def _requeue(args: argparse.Namespace) -> int:
 
 @reports_problems("jobs")
 def _stats(args: argparse.Namespace) -> int:
-    def go(backend: Any) -> int:
+    with _opened(args) as backend:
         queues = args.queue
         if not queues:
             lister = getattr(backend, "jobs", None)
@@ -360,5 +340,3 @@ def _stats(args: argparse.Namespace) -> int:
             )
         console().print(table)
         return 0
-
-    return _with_backend(args, go)

@@ -110,8 +110,7 @@ def _rows(declared: dict[str, Any], records: dict[str, Any], now: float) -> list
 
 @reports_problems("schedules")
 def _list(args: argparse.Namespace) -> int:
-    from foundry.cli._state import announce, store
-    from foundry.config import safe_url
+    from foundry.cli._state import store
 
     declared: dict[str, Any] = {}
     app = None
@@ -120,14 +119,9 @@ def _list(args: argparse.Namespace) -> int:
 
         app = load_app(args.app)
         declared = {n: u.schedule for n, u in app.units.items() if u.schedule is not None}
-        if args.url:
-            url, home = args.url, app.settings.home
-            announce("schedules list", f"queue {safe_url(url)} (from the command line; home {home})")
-        else:
-            url, home = app.settings.queue, app.settings.home
-            announce("schedules list", app.settings.describe("queue"))
-    else:
-        url, home = store("schedules list", "queue", args.url, must_exist=False)  # none: "no schedules"
+    settings = app.settings if app is not None else None
+    # a store not there yet holds no schedules: "no schedules", nothing created
+    url, home = store("schedules list", "queue", args.url, settings=settings, must_exist=False)
     try:
         records = _records(url, home)
     finally:
@@ -168,16 +162,13 @@ def _list(args: argparse.Namespace) -> int:
 def _records(url: str, home: Path) -> list[Any]:
     """The schedule records at ``url``; none (and nothing created) for a SQLite file that
     does not exist yet."""
-    from foundry.backends.queue import open_queue_backend
     from foundry.backends.queue.schedules import schedule_store
+    from foundry.cli._backends import backend_at
     from foundry.config import sqlite_path
 
     if url.startswith("sqlite://") and not Path(sqlite_path(url)).is_file():
         return []
     if url.startswith("memory://"):
         raise Problem(f"queue {url!r} is private to one process: it holds no schedules another can read", 2)
-    backend = open_queue_backend(url, home=home)
-    try:
+    with backend_at("queue", url, home) as backend:
         return schedule_store(backend).records()
-    finally:
-        backend.close()

@@ -22,6 +22,7 @@ import json
 import signal
 import threading
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 from foundry.cli._state import shared_options
@@ -78,12 +79,11 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(func=usage)
 
 
-def _backend(args: argparse.Namespace) -> Any:
-    from foundry.backends.stream import open_stream_backend
-    from foundry.cli._state import store
+def _opened(args: argparse.Namespace) -> AbstractContextManager[Any]:
+    """The stream store the action reads."""
+    from foundry.cli._backends import open_store
 
-    url, _ = store(f"streams {args.action}", "stream", args.url)
-    return open_stream_backend(url)
+    return open_store(f"streams {args.action}", "stream", args.url)
 
 
 def _limit(name: str, value: float) -> str:
@@ -103,9 +103,8 @@ def _when(t: float) -> str:
 def _list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    backend = _backend(args)
-    shown = backend.url  # masked
-    try:
+    with _opened(args) as backend:
+        shown = backend.url  # masked
         rows = []
         for name in backend.streams():
             info = backend.info(name)
@@ -122,8 +121,6 @@ def _list(args: argparse.Namespace) -> int:
                     "dedup_window": c.dedup_window,
                 }
             )
-    finally:
-        backend.close()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -155,8 +152,7 @@ def _list(args: argparse.Namespace) -> int:
 def _lag(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    backend = _backend(args)
-    try:
+    with _opened(args) as backend:
         rows = []
         for name in [args.stream] if args.stream else backend.streams():
             groups = backend.groups(name)
@@ -174,8 +170,6 @@ def _lag(args: argparse.Namespace) -> int:
                             "lag": part.lag,
                         }
                     )
-    finally:
-        backend.close()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -236,13 +230,10 @@ def _replay(args: argparse.Namespace) -> int:
         start = Start.beginning()
     else:
         start = Start.end()
-    backend = _backend(args)
-    try:
+    with _opened(args) as backend:
         before = {p.partition: p for p in backend.lag(args.stream, args.group)}
         backend.seek(args.stream, args.group, start, args.partition)
         after = backend.lag(args.stream, args.group)
-    finally:
-        backend.close()
     moved = [p for p in after if args.partition is None or p.partition in args.partition]
     if args.json:
         print(json.dumps([{"partition": p.partition, "committed": p.committed, "lag": p.lag} for p in moved]))
@@ -262,11 +253,8 @@ def _replay(args: argparse.Namespace) -> int:
 def _dead(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    backend = _backend(args)
-    try:
+    with _opened(args) as backend:
         letters = backend.dead_letters(args.stream, args.group, args.limit)
-    finally:
-        backend.close()
     if args.json:
         print(
             json.dumps(

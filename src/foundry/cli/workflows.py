@@ -25,10 +25,11 @@ import math
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from foundry.backends.journal.base import Entry, JournalBackend, SignalRecord, WorkflowState, WorkflowStatus
-from foundry.cli._state import MIN_PREFIX, full_id, shared_options
+from foundry.cli._state import MIN_PREFIX, shared_options
 from foundry.cli._target import console, reports_problems
 
 __all__ = ["add_parser", "history_table", "load_app", "summary_table"]
@@ -164,19 +165,17 @@ def add_parser(sub: Any) -> None:
 # -- helpers ------------------------------------------------------------------------
 
 
-def _open(args: argparse.Namespace) -> JournalBackend:
-    from foundry.backends.journal import open_journal
-    from foundry.cli._state import store
+def _opened(args: argparse.Namespace) -> AbstractContextManager[JournalBackend]:
+    """The journal the command reads (show, cancel, signal: a unique prefix names its workflow)."""
+    from foundry.cli._backends import open_store
 
-    url, _ = store(f"workflows {args.workflows_command}", "journal", args.journal, "--journal")
-    journal = open_journal(url)
-    if getattr(args, "id", None):  # show, cancel, signal: a unique prefix names its workflow
-        try:
-            args.id = full_id(journal, args.id, "workflow")
-        except BaseException:
-            journal.close()
-            raise
-    return journal
+    return open_store(
+        f"workflows {args.workflows_command}",
+        "journal",
+        args.journal,
+        "--journal",
+        id_of=(args, "workflow"),
+    )
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -404,12 +403,9 @@ def _state_json(state: WorkflowState) -> dict[str, Any]:
 def _list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         states = journal.workflows(status=args.status, name=args.name, limit=args.limit)
         now = journal.clock.time()
-    finally:
-        journal.close()
     if args.json:
         print(json.dumps([_state_json(s) for s in states], indent=2))
         return 0
@@ -435,14 +431,11 @@ def _list(args: argparse.Namespace) -> int:
 
 @reports_problems("workflows")
 def _show(args: argparse.Namespace) -> int:
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         state, entries = journal.load(args.id)
         inbox = journal.signals(args.id)
         tree = _children(journal, args.id)
         now = journal.clock.time()
-    finally:
-        journal.close()
     children = tree.get(args.id, [])
     if args.json:
         out = _state_json(state)
@@ -529,11 +522,8 @@ def _query(args: argparse.Namespace) -> int:
     from foundry.deliver.workflow.reset import published_state
     from foundry.errors import NotFoundError
 
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         state = journal.get(args.id)
-    finally:
-        journal.close()
     if state is None:
         raise NotFoundError(
             f"no workflow with id {args.id!r}. Fix: check the id with `foundry workflows list`"
@@ -546,11 +536,8 @@ def _query(args: argparse.Namespace) -> int:
 def _reset(args: argparse.Namespace) -> int:
     from foundry.deliver.workflow.reset import fork_run
 
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         started = fork_run(journal, args.id, step=args.step, position=args.position, new_id=args.new_id)
-    finally:
-        journal.close()
     print(
         f"{started.state.id}: {started.state.origin}; it keeps the steps before that and is pending "
         "(a worker running its app runs it)"
@@ -562,14 +549,11 @@ def _reset(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from foundry.deliver.workflow.replay import export_history
 
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         ids = args.ids or [
             s.id for s in journal.workflows(status=args.status, name=args.name, limit=args.limit)
         ]
         docs = [export_history(*journal.load(i)) for i in ids]
-    finally:
-        journal.close()
     print(json.dumps(docs, indent=1))
     return 0
 
@@ -579,8 +563,7 @@ def _replay(args: argparse.Namespace) -> int:
     from foundry.deliver.workflow.replay import replay
 
     app = load_app(args.app)
-    journal = None if args.source else _open(args)
-    try:
+    with nullcontext() if args.source else _opened(args) as journal:
         reports = replay(
             app,
             journal=journal,
@@ -590,9 +573,6 @@ def _replay(args: argparse.Namespace) -> int:
             status=args.status,
             limit=args.limit,
         )
-    finally:
-        if journal is not None:
-            journal.close()
     bad = [r for r in reports if not r.ok]
     if args.json:
         print(
@@ -635,11 +615,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 @reports_problems("workflows")
 def _cancel(args: argparse.Namespace) -> int:
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         accepted = journal.request_cancel(args.id)
-    finally:
-        journal.close()
     if accepted:
         print(
             f"cancellation of {args.id} requested: it stops at its next durable call and undoes its "
@@ -661,11 +638,8 @@ def _signal(args: argparse.Namespace) -> int:
             f"signal {args.name!r} to {args.id}: payload {args.payload!r} is not JSON ({exc}). "
             """Fix: quote it for the shell, e.g. '{"approved": true}' or '"yes"'"""
         ) from exc
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         seq = journal.signal(args.id, args.name, json.dumps(payload, separators=(",", ":")).encode())
-    finally:
-        journal.close()
     print(f"signal {args.name!r} #{seq} delivered to the inbox of {args.id}")
     return 0
 
@@ -675,11 +649,8 @@ def _purge(args: argparse.Namespace) -> int:
     from foundry.traits import parse_duration
 
     age = parse_duration(args.older_than, unit="workflows purge", field_name="--older-than")
-    journal = _open(args)
-    try:
+    with _opened(args) as journal:
         removed = journal.purge(journal.clock.time() - age)
-    finally:
-        journal.close()
     print(f"purged {removed} workflow(s) that finished more than {args.older_than} ago")
     return 0
 
