@@ -140,16 +140,19 @@ def _package_of(path: Path) -> str:
     return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
 
 
-def _imported(path: Path, *, type_checking: bool = True) -> list[tuple[str, str | None]]:
-    """``(module, name or None)`` of every foundry import in ``path``, inside functions
-    too; without ``type_checking``, not those under ``if TYPE_CHECKING:`` (a type only:
-    nothing runs)."""
+def _imported(
+    path: Path, *, type_checking: bool = True, functions: bool = True
+) -> list[tuple[str, str | None]]:
+    """``(module, name or None)`` of every foundry import in ``path``; without
+    ``type_checking``, not those under ``if TYPE_CHECKING:`` (a type only: nothing runs);
+    without ``functions``, not those inside a function body (they run when it is called)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     skipped: set[int] = set()
-    if not type_checking:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        typing_only = isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        body = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if (typing_only and not type_checking) or (body and not functions):
+            skipped.update(id(n) for child in ast.iter_child_nodes(node) for n in ast.walk(child))
     found: list[tuple[str, str | None]] = []
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -341,3 +344,74 @@ def test_only_the_task_module_touches_a_tasks_private_fields() -> None:
                 out.append(f"{path.relative_to(SRC)}:{node.lineno}: {ast.unparse(node)}")
     out.sort()
     assert not out, "Task's private fields touched outside execute/_task.py:\n  " + "\n  ".join(out)
+
+
+# -- no import circles ----------------------------------------------------------------------
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the foundry modules it imports at module level or under ``if
+    TYPE_CHECKING:``. ``from package import name`` imports ``package`` (its ``__init__``
+    runs and ``name`` is read from it), and ``package.name`` too when that is a module.
+    Python also runs a package's ``__init__`` before any of its submodules; that implicit
+    edge is not drawn (a package's ``__init__`` importing its own submodules is the normal
+    shape, and the submodule does not read the package), so no ``__init__`` is exempted."""
+    modules = {_module_name(path): path for path in sorted(SRC.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        edges: set[str] = set()
+        for target, name in _imported(path, functions=False):
+            if target in modules:
+                edges.add(target)
+            if name is not None and f"{target}.{name}" in modules:
+                edges.add(f"{target}.{name}")
+        graph[me] = edges - {me}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle through each module that is on one (``[a, b, a]``), each cycle
+    once: enough to name every circle without listing every path round it."""
+    found: dict[frozenset[str], list[str]] = {}
+    for start in sorted(graph):
+        paths: dict[str, list[str]] = {start: [start]}
+        frontier = [start]
+        cycle: list[str] | None = None
+        while frontier and cycle is None:
+            following: list[str] = []
+            for module in frontier:
+                for target in sorted(graph[module]):
+                    if target == start:
+                        cycle = [*paths[module], start]
+                        break
+                    if target not in paths:
+                        paths[target] = [*paths[module], target]
+                        following.append(target)
+                if cycle is not None:
+                    break
+            frontier = following
+        if cycle is not None:
+            found.setdefault(frozenset(cycle), cycle)
+    return sorted(found.values())
+
+
+def test_no_import_circles() -> None:
+    """No foundry module imports, directly or round a circle, a module that imports it.
+
+    Counted: imports at module level and under ``if TYPE_CHECKING:`` (a circle of types is
+    still a circle: neither side can be read, typed or moved without the other). Not
+    counted: an import inside a function body, which is deliberate late binding (the app
+    picks a runtime module when a unit first runs; a command imports its engine when it is
+    called) and runs after both modules are loaded.
+
+    The fix is to move the shared thing down, never to hide the import in a function: a
+    small module with the types or helpers both sides use, a Protocol in the lower module
+    for what it needs from the upper one (the upper one satisfies it), or a callable
+    passed in instead of the module that provides it. A submodule reads its siblings by
+    their own path (``import foundry.pkg.sibling as sibling``), not through the package."""
+    cycles = _cycles(_import_graph())
+    shown = [" -> ".join(cycle) for cycle in cycles]
+    assert not shown, (
+        "import circles (move what both sides need down into a module, or a Protocol, "
+        "that both import):\n  " + "\n  ".join(shown)
+    )

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from typing_extensions import ParamSpec as _ParamSpec
     from typing_extensions import TypeVar as _TypeVar
 
-    from foundry.app import Foundry
+    from foundry.declaring import DeclaringApp
     from foundry.schedules import Schedule
 
     # a bare ``WorkUnit`` is ``WorkUnit[..., Any]`` (PEP 696; the runtime needs no defaults)
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-def unit_error_types(app: Foundry, fn: Any, traits: Traits) -> ErrorTypes:
+def unit_error_types(app: DeclaringApp, fn: Any, traits: Traits) -> ErrorTypes:
     """The exception types a unit's error records may be rebuilt as: the app's
     (``app.errors``) plus the classes of the unit's own module and the types it names in
     ``errors=`` and ``retry_on=`` (``foundry.serialize.ErrorTypes``)."""
@@ -182,7 +182,7 @@ class WorkUnit(Generic[P, R]):
 
     def __init__(
         self,
-        app: Foundry,
+        app: DeclaringApp,
         fn: Callable[..., Any],
         name: str,
         traits: Traits,

@@ -1,17 +1,18 @@
 """The eager queue delivery: what ``foundry.app`` routes ``queue`` units to in a sandbox.
 
-A :class:`EagerQueueRunner` is the real :class:`~foundry.deliver.queue.QueueRunner` up to
-the moment a job would be enqueued — the arguments encoded with the unit's codec and
-checked against ``max_payload``, the idempotency key derived, ``delay``/``eta`` checked —
-and then, instead of writing the job to a store for a worker, runs it here, in the
-caller's thread, the way a worker would: the arguments *decoded* from those bytes, the
-unit called, retried at once while ``retries``/``retry_on`` allow, the result encoded
-with the codec (and checked against ``max_payload``) and decoded back for the handle. A
-payload or a result the JSON codec would refuse fails here with the error the real path
-raises. A failure reaches ``handle.result()`` as the original exception (its traceback
-into your code intact) — unless the real path would rebuild it as another type (one its
-allow-list does not admit, ``docs/security.md``): then that is what you get, with the
-original as its ``__cause__``.
+A :class:`EagerQueueRunner` is the real :class:`~foundry.deliver.queue.QueueRunner` up
+to the moment a job would be enqueued — the arguments encoded with the unit's codec and
+checked against ``max_payload``, the idempotency key derived, ``delay``/``eta`` checked
+— and then, instead of writing the job to a store for a worker, hands it to the sandbox,
+which runs it here (:mod:`foundry.testing._jobs`), in the caller's thread, the way a
+worker would: the arguments *decoded* from those bytes, the unit called, retried at once
+while ``retries``/``retry_on`` allow, the result encoded with the codec (and checked
+against ``max_payload``) and decoded back for the handle. A payload or a result the JSON
+codec would refuse fails here with the error the real path raises. A failure reaches
+``handle.result()`` as the original exception (its traceback into your code intact) —
+unless the real path would rebuild it as another type (one its allow-list does not
+admit, ``docs/security.md``): then that is what you get, with the original as its
+``__cause__``.
 
 Not done eagerly: a job with ``delay=``/``eta=`` waits for the sandbox's
 :class:`~foundry.testing.ManualClock` to reach it; a retry does not wait its back-off;
@@ -20,27 +21,16 @@ Not done eagerly: a job with ``delay=``/``eta=`` waits for the sandbox's
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures as cf
-import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from foundry.backends.queue import JobState, JobStatus, NewJob
-from foundry.deliver.queue import QueueRunner, outcome_of
-from foundry.deliver.worker import retries_on
-from foundry.errors import RecordError, SubmitError
-from foundry.execute.progress import reporting
-from foundry.handle import FutureSource, Handle, Outcome
-from foundry.payload import DEFAULT_MAX_PAYLOAD, RESULT_FIX, too_large
+from foundry.backends.queue import NewJob
+from foundry.deliver.queue import QueueRunner
+from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_call, encode_error, get_codec
-from foundry.typed import payloads_for
+from foundry.testing.sandbox import Sandbox, sandbox_of
 
-if TYPE_CHECKING:
-    from foundry.testing.sandbox import Sandbox
-
-__all__ = ["EagerQueueRunner", "make_runner", "run_job"]
+__all__ = ["EagerQueueRunner", "make_runner"]
 
 
 class EagerQueueRunner(QueueRunner):
@@ -70,114 +60,4 @@ class EagerQueueRunner(QueueRunner):
 
 
 def make_runner(spec: UnitSpec, ctx: RuntimeContext) -> EagerQueueRunner:
-    from foundry.testing.sandbox import sandbox_of
-
     return EagerQueueRunner(spec, ctx, sandbox_of(ctx))
-
-
-def job_handle(spec: UnitSpec, job: NewJob, future: cf.Future[Any]) -> Handle:
-    return Handle(job.id, spec.name, FutureSource(future))
-
-
-def settle(future: cf.Future[Any], outcome: Outcome) -> None:
-    if future.done():
-        return
-    if outcome.error is not None:
-        future.set_exception(outcome.error)
-    else:
-        future.set_result(outcome.value)
-
-
-def run_job(spec: UnitSpec, job: NewJob) -> Outcome:
-    """Run ``job`` as a worker would, in this thread: its outcome as its submitter sees it."""
-    attempts = 0
-    while True:
-        try:  # a worker decodes the stored bytes on every delivery; a record it cannot is not retried
-            args, kwargs = decode_call(
-                job.payload,
-                job.codec,
-                spec.traits.codec,
-                unit=spec.name,
-                what=f"job {job.id}'s arguments",
-                types=payloads_for(spec.name, spec.fn),  # rebuilt by the unit's annotations, as a worker does
-            )
-        except RecordError as exc:
-            return Outcome(error=exc)
-        try:
-            with reporting(None):
-                value = _invoke(spec, args, kwargs)
-        except Exception as exc:
-            if attempts < job.max_retries and retries_on(spec.traits.retry_on, exc):
-                attempts += 1
-                continue
-            return _failed(spec, job, attempts, exc)
-        return _succeeded(spec, job, attempts, value)
-
-
-def _invoke(spec: UnitSpec, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    if not spec.is_async:
-        return spec.fn(*args, **kwargs)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop in this thread: run the coroutine on one of its own
-        return asyncio.run(spec.fn(*args, **kwargs))
-    with cf.ThreadPoolExecutor(1, thread_name_prefix="foundry-eager") as pool:  # a loop runs here
-        return pool.submit(asyncio.run, spec.fn(*args, **kwargs)).result()
-
-
-def _state(spec: UnitSpec, job: NewJob, attempts: int, status: JobStatus, **record: Any) -> JobState:
-    return JobState(
-        job.id,
-        spec.name,
-        job.queue,
-        status,
-        deliveries=attempts + 1,
-        attempts=attempts,
-        codec=job.codec,
-        key=job.key,
-        **record,
-    )
-
-
-def _succeeded(spec: UnitSpec, job: NewJob, attempts: int, value: Any) -> Outcome:
-    try:  # as the worker records it: checked against the declared return type, then encoded
-        codec = get_codec(spec.traits.codec)
-        typed = payloads_for(spec.name, spec.fn).dump_result(value, what=f"the result of job {job.id}")
-        data = codec.encode(typed if codec.name == "json" else value, unit=spec.name, what="the result")
-    except SubmitError as exc:  # a result of the wrong type: the job fails, as on a worker
-        return Outcome(error=exc)
-    except Exception as exc:
-        error = SubmitError(
-            f"unit {spec.name!r}: the result of job {job.id} cannot be encoded with codec="
-            f"{spec.traits.codec!r} ({type(exc).__name__}: {str(exc)[:200]}); a worker would fail the job "
-            "the same way. Fix: return plain data (str, int, float, bool, None, list, dict), or a reference"
-        )
-        error.__cause__ = exc
-        return Outcome(error=error)
-    limit = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
-    if len(data) > limit:
-        return Outcome(
-            error=too_large(
-                f"unit {spec.name!r}",
-                f"the result of job {job.id}",
-                len(data),
-                limit,
-                stored="the job failed and the result was not stored",
-                fix=RESULT_FIX,
-            )
-        )
-    return outcome_of(_state(spec, job, attempts, JobStatus.SUCCEEDED, result=data), spec)
-
-
-def _failed(spec: UnitSpec, job: NewJob, attempts: int, exc: Exception) -> Outcome:
-    record = json.dumps(encode_error(exc)).encode()
-    rebuilt = outcome_of(_state(spec, job, attempts, JobStatus.FAILED, error=record), spec).error
-    if rebuilt is None or type(rebuilt) is type(exc):
-        return Outcome(error=exc)  # what the submitter would see, and its traceback into the unit
-    rebuilt.__cause__ = exc
-    rebuilt.add_note(
-        f"foundry.testing: the unit raised {type(exc).__module__}.{type(exc).__qualname__}, which a real "
-        f"queue's submitter gets as {type(rebuilt).__name__}: its type is not on unit {spec.name!r}'s "
-        "allow-list. Fix: app.errors.register(...) it, or name it in errors= (docs/security.md)"
-    )
-    return Outcome(error=rebuilt)

@@ -8,7 +8,7 @@ fixtures of :mod:`foundry.testing.plugin`):
   SQLite files there, whatever ``FOUNDRY_*``, ``foundry.toml`` or the app's arguments
   say; nothing is written to the working directory;
 * **queue units run at submit** (``eager=True``, the default), in the caller's thread,
-  through the same encode/decode as the real path (:mod:`foundry.testing._queue`), so no
+  through the same encode/decode as the real path (:mod:`foundry.testing._jobs`), so no
   worker is needed and a payload the JSON codec refuses fails here too;
 * **workflows** run in this process, as they always do, on a journal in ``home`` and on
   :attr:`clock`; ``submit`` returns once the run has finished or parked (on a
@@ -42,7 +42,7 @@ from foundry.errors import SubmitError
 from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, UnitSpec
 from foundry.serialize import encode_error, get_codec
-from foundry.testing._queue import job_handle, run_job, settle
+from foundry.testing._jobs import job_handle, run_job, settle
 from foundry.testing.clock import ManualClock
 
 if TYPE_CHECKING:

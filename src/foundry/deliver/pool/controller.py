@@ -34,10 +34,10 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from foundry.backends.pool import EngineStats, Sizable
+from foundry.deliver.pool.resize import Resize
 from foundry.lab.queueing import ERLANG_C, erlang_c, mmc_response_quantile
 
 if TYPE_CHECKING:
@@ -50,31 +50,6 @@ log = logging.getLogger("foundry.pool")
 UTILISATION = 0.75  # the ceiling when no latency target is declared
 P_WAIT = 0.01  # when the target is out of the queue's reach: P(wait) at most this
 QUANTILE = 0.99
-
-
-@dataclass(frozen=True, slots=True)
-class Resize:
-    """One decision of the controller that changed the pool's size, with its numbers."""
-
-    at: float  # unix time
-    before: int
-    after: int
-    model_workers: int  # what the model asked for, before clamping and shrink damping
-    rate: float  # arrivals per second measured over the window
-    service: float  # mean service seconds measured over the window
-    target: float | None  # the p99 latency target (seconds)
-    predicted_p99: float  # the model's p99 at ``after`` workers (inf: unstable)
-    method: str
-    reason: str
-
-    def line(self, unit: str) -> str:
-        p99 = "unstable" if math.isinf(self.predicted_p99) else f"{self.predicted_p99 * 1000:.1f} ms"
-        target = "none" if self.target is None else f"{self.target * 1000:.0f} ms"
-        return (
-            f"unit {unit!r}: pool {self.before} → {self.after} workers: arrivals {self.rate:.1f}/s, "
-            f"service {self.service * 1000:.2f} ms, p99 target {target}; {self.method} predicts p99 {p99} "
-            f"at {self.after} ({self.reason})"
-        )
 
 
 def size_for(rate: float, service: float, target: float | None) -> tuple[int, str]:

@@ -25,7 +25,7 @@ from foundry.observe import names
 from foundry.observe.metrics import Registry
 
 if TYPE_CHECKING:
-    from foundry.deliver.pool.controller import Resize
+    from foundry.deliver.pool.resize import Resize
 
 __all__ = ["PoolMetrics"]
 

@@ -36,7 +36,7 @@ from foundry.backends.journal.base import SystemClock
 from foundry.retry import Backoff
 
 if TYPE_CHECKING:
-    from foundry.deliver.workflow.runtime import WorkflowRuntime
+    from foundry.deliver.workflow._host import RunHost
 
 __all__ = [
     "RUNNING",
@@ -190,7 +190,7 @@ def is_async_fn(fn: Any) -> bool:
 # -- drivers -----------------------------------------------------------------------------
 
 
-def drive(plan: Plan[T], rt: WorkflowRuntime) -> T:
+def drive(plan: Plan[T], rt: RunHost) -> T:
     """Carry ``plan`` out in this thread."""
     send: Any = None
     throw: Exception | None = None
@@ -219,7 +219,7 @@ class Tracker:
         self.in_sync_call = False
 
 
-async def adrive(plan: Plan[T], rt: WorkflowRuntime, tracker: Tracker | None = None) -> T:
+async def adrive(plan: Plan[T], rt: RunHost, tracker: Tracker | None = None) -> T:
     """Carry ``plan`` out on the running loop; a synchronous step runs on a thread."""
     send: Any = None
     throw: Exception | None = None
@@ -247,7 +247,7 @@ async def adrive(plan: Plan[T], rt: WorkflowRuntime, tracker: Tracker | None = N
 # -- running one attempt -----------------------------------------------------------------
 
 
-def _left(until: float, rt: WorkflowRuntime) -> Callable[[], float]:
+def _left(until: float, rt: RunHost) -> Callable[[], float]:
     """How long to wait next for a limit at ``until`` on the journal's clock. On the real
     clock that is the time left. On a manual clock (tests) the limit holds in real time
     too — as many real seconds as were left when it began — and the clock is looked at
@@ -259,7 +259,7 @@ def _left(until: float, rt: WorkflowRuntime) -> Callable[[], float]:
     return lambda: 0.0 if clock.time() >= until else min(real_end - time.monotonic(), _SLICE)
 
 
-def invoke_sync(effect: Invoke, rt: WorkflowRuntime) -> Any:
+def invoke_sync(effect: Invoke, rt: RunHost) -> Any:
     """One attempt in this thread. An ``async def`` step runs on a loop of its own (under
     the loop watchdog); a synchronous step with a limit runs on a daemon thread that is
     left behind (it cannot be stopped) when the limit passes. The step's code runs in
@@ -270,7 +270,7 @@ def invoke_sync(effect: Invoke, rt: WorkflowRuntime) -> Any:
         return _invoke_sync(effect, rt)
 
 
-def _invoke_sync(effect: Invoke, rt: WorkflowRuntime) -> Any:
+def _invoke_sync(effect: Invoke, rt: RunHost) -> Any:
     fn, args, until = effect.call.fn, effect.call.args, effect.until
     if is_async_fn(fn):
         work: Coroutine[Any, Any, Any] = fn(*args)
@@ -304,7 +304,7 @@ def _invoke_sync(effect: Invoke, rt: WorkflowRuntime) -> Any:
     raise value
 
 
-async def invoke_async(effect: Invoke, rt: WorkflowRuntime) -> Any:
+async def invoke_async(effect: Invoke, rt: RunHost) -> Any:
     """One attempt on the running loop: an ``async def`` step in a task, a synchronous
     one on a thread (a daemon thread, left behind at the limit, when it has one), in the
     task's context (its trace span) either way."""
@@ -314,7 +314,7 @@ async def invoke_async(effect: Invoke, rt: WorkflowRuntime) -> Any:
         return await _invoke_async(effect, rt)
 
 
-async def _invoke_async(effect: Invoke, rt: WorkflowRuntime) -> Any:
+async def _invoke_async(effect: Invoke, rt: RunHost) -> Any:
     fn, args, until = effect.call.fn, effect.call.args, effect.until
     if is_async_fn(fn):
         work: Awaitable[Any] = fn(*args)
@@ -353,7 +353,7 @@ def _in_daemon_thread(fn: Callable[..., Any], args: tuple[Any, ...], what: str) 
     return future
 
 
-async def _bounded(work: Awaitable[T], until: float, rt: WorkflowRuntime) -> T:
+async def _bounded(work: Awaitable[T], until: float, rt: RunHost) -> T:
     """Await ``work`` until ``until`` on the journal's clock, then cancel it (a thread's
     future is merely left) and raise :class:`_Expired`."""
     task = asyncio.ensure_future(work)

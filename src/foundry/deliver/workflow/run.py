@@ -65,7 +65,7 @@ from foundry.serialize import ErrorTypes, decode_error, encode_error, get_codec
 from foundry.typed import Payloads, payloads_for
 
 if TYPE_CHECKING:
-    from foundry.deliver.workflow.runtime import WorkflowRuntime
+    from foundry.deliver.workflow._host import RunHost
 
 __all__ = ["MISSING", "Run"]
 
@@ -90,9 +90,7 @@ class Run:
     """The state of one run (one claim) of one workflow. ``replay_only`` (``foundry
     workflows replay``): check the code against the journal, never run or write."""
 
-    def __init__(
-        self, rt: WorkflowRuntime, claim: Claim, spec: UnitSpec, *, replay_only: bool = False
-    ) -> None:
+    def __init__(self, rt: RunHost, claim: Claim, spec: UnitSpec, *, replay_only: bool = False) -> None:
         self.rt = rt
         self.claim = claim
         self.spec = spec

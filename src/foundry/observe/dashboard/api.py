@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
+import foundry.observe.dashboard.jobs as jobs_api
+import foundry.observe.dashboard.streams as streams_api
+import foundry.observe.dashboard.workflows as workflows_api
 from foundry.errors import BackendUnavailableError, FoundryError, NotFoundError
-from foundry.observe.dashboard import jobs as jobs_api
-from foundry.observe.dashboard import streams as streams_api
-from foundry.observe.dashboard import workflows as workflows_api
 from foundry.observe.dashboard.cache import TTLCache
 from foundry.observe.dashboard.jobs import ActionRefused
 from foundry.observe.dashboard.live import Live
