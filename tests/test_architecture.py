@@ -46,6 +46,24 @@ def test_runtimes_never_import_the_app(package: str) -> None:
         assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}: arrows point down"
 
 
+@pytest.mark.parametrize("package", ["execute", "deliver", "backends"])
+def test_runtimes_receive_a_context_not_the_app(package: str) -> None:
+    """A runtime gets a ``UnitSpec`` and a ``RuntimeContext``. Where a user hands one the
+    app itself (``Worker(app)``, ``assert_replays(app)``), the parameter is typed by a
+    Protocol that names the little it reads (``AppLike``), never ``Any`` or ``Foundry``."""
+    out = []
+    for path in _layer(package):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                shown = "" if arg.annotation is None else ast.unparse(arg.annotation)
+                if arg.arg == "app" and shown not in ("str", "AppLike"):
+                    out.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}(app: {shown or '?'})")
+    fix = "runtimes that receive the app untyped; give them ctx or an AppLike:\n  "
+    assert not out, fix + "\n  ".join(out)
+
+
 def test_backends_never_import_runtimes() -> None:
     for path in _layer("backends"):
         bad = {m for m in _imports(path) if m.startswith(("foundry.deliver", "foundry.execute"))}

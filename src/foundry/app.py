@@ -10,7 +10,6 @@ import difflib
 import importlib
 import inspect
 import os
-import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Never, ParamSpec, TypeVar, overload
@@ -21,7 +20,7 @@ from foundry.errors import DeclarationError, NotFoundError, UnknownTraitError
 from foundry.observe.metrics import Registry
 from foundry.observe.tracing import Tracing
 from foundry.profile import current_host
-from foundry.runtime import Runner, RuntimeContext, UnitSpec
+from foundry.runtime import Closers, Runner, RuntimeContext, UnitSpec
 from foundry.schedules.schedule import FIELDS as SCHEDULE_FIELDS
 from foundry.schedules.schedule import Schedule, split_schedule, takes_tick
 from foundry.serialize import ErrorTypes
@@ -115,6 +114,7 @@ class Foundry:
         self.workflows: dict[str, Any] = {}
         self.streams: dict[str, Any] = {}
         self._runners: dict[str, Runner] = {}
+        self._closers = Closers()  # what runtimes open outside a runner; app.close() runs them
         # delivery model -> runtime module used instead of _RUNTIMES' (foundry.testing's
         # eager deliveries while a test sandbox holds the app); empty otherwise
         self._routes: dict[str, str] = {}
@@ -312,6 +312,7 @@ class Foundry:
             lookup=self.spec,
             errors=self.errors,
             tracing=self.tracing,
+            closers=self._closers,
         )
 
     def runner_for(self, spec: UnitSpec) -> Runner:
@@ -328,22 +329,29 @@ class Foundry:
     def signal(self, workflow_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` with a JSON ``payload`` into a workflow's durable inbox
         (``wf.wait_for(name)`` receives it), from any process."""
-        from foundry.deliver.workflow import runtime_of
-
-        runtime_of(self).signal(workflow_id, name, payload)
+        self._workflow_runtime().signal(workflow_id, name, payload)
 
     def workflow_handle(self, workflow_id: str) -> Any:
         """A :class:`~foundry.handle.Handle` on a workflow run, whoever started it."""
-        from foundry.deliver.workflow import runtime_of
+        return self._workflow_runtime().handle(workflow_id)
 
-        return runtime_of(self).handle(workflow_id)
+    def _workflow_runtime(self) -> Any:
+        """The runtime behind this app's workflows (one, shared by all of them)."""
+        if not self.workflows:
+            raise NotFoundError(
+                f"app {self.name!r} declares no workflows. Fix: declare them with @app.workflow, or use "
+                "`foundry workflows` on the journal"
+            )
+        unit = next(iter(self.workflows.values()))
+        runner: Any = self.runner_for(unit.spec)  # a workflow UnitRunner: one runtime per app
+        return runner.runtime
 
     def job(self, job_id: str) -> Any:
         """A :class:`~foundry.handle.Handle` on a durable queue job, whoever submitted it
         (``app.job(job_id).result(timeout=60)`` from any process)."""
         from foundry.deliver.queue import handle_for
 
-        return handle_for(self, job_id)
+        return handle_for(self.context(), job_id)
 
     def close(self, timeout: float = 10.0) -> None:
         """Drain and stop every runtime this app started."""
@@ -353,13 +361,11 @@ class Foundry:
             runner.close(timeout)
         if self._mover is not None:  # moves end; the phases' pools drain
             self._mover.close(timeout)
-        queue_module = sys.modules.get("foundry.deliver.queue")
-        if queue_module is not None:  # handles made by app.job() hold a connection
-            queue_module.close_handles(self)
+        self._closers.close()  # what runtimes opened outside a runner (app.job()'s handles)
         for decl in self.streams.values():  # their consumers and log connections
             decl.close(timeout)
         for unit in self.units.values():
-            unit._runner = None
+            unit.forget_runner()
 
     def __enter__(self) -> Foundry:
         return self

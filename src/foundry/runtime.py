@@ -7,6 +7,8 @@ only these types, never the app.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,7 +21,7 @@ from foundry.observe.tracing import OFF, Tracing
 from foundry.serialize import DEFAULT_ERROR_TYPES, ErrorTypes
 from foundry.traits import Traits
 
-__all__ = ["Runner", "RuntimeContext", "SubmitOptions", "UnitSpec"]
+__all__ = ["Closers", "Runner", "RuntimeContext", "SubmitOptions", "UnitSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,33 @@ class Runner(Protocol):
         ...
 
 
+class Closers:
+    """What a runtime opened on the app's behalf outside a runner (a handle's connection,
+    a shared store) and must give back when the app closes: each registers a closer once,
+    by key, and ``app.close()`` runs them. The app never has to know which runtime
+    modules were imported."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closers: dict[str, Callable[[], None]] = {}
+
+    def add(self, key: str, close: Callable[[], None]) -> None:
+        """Run ``close`` when the app closes (a second ``add`` with the same key keeps the first)."""
+        with self._lock:
+            self._closers.setdefault(key, close)
+
+    def close(self) -> None:
+        """Run every closer once, in the order they were added; one that raises is logged and
+        the others still run."""
+        with self._lock:
+            closers, self._closers = list(self._closers.values()), {}
+        for close in closers:
+            try:
+                close()
+            except Exception:
+                logging.getLogger("foundry").exception("closing a runtime resource failed")
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeContext:
     """What the app hands every runtime factory ``make_runner(spec, ctx)``."""
@@ -83,3 +112,4 @@ class RuntimeContext:
     lookup: Callable[[str], UnitSpec]  # unit name -> spec (for workers and workflows)
     errors: ErrorTypes = DEFAULT_ERROR_TYPES  # the app's allow-list (``app.errors``)
     tracing: Tracing = OFF  # the app's OpenTelemetry switch (``Foundry(tracing=...)``)
+    closers: Closers = field(default_factory=Closers)  # the app's: run by app.close()

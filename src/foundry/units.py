@@ -242,6 +242,10 @@ class WorkUnit(Generic[P, R]):
             runner = self._runner = self.app.runner_for(self.spec)
         return runner
 
+    def forget_runner(self) -> None:
+        """Drop the cached runner (the app closed it): the next call asks the app again."""
+        self._runner = None
+
     def phase(self, name: str, **traits: Any) -> Callable[[Callable[..., Any]], Phase]:
         """Mark the function that does phase ``name`` of this ``async def`` unit:
 

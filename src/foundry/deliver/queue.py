@@ -525,12 +525,12 @@ def _slice(deadline: float | None) -> float:
 _HANDLE_RUNTIMES: dict[tuple[int, str], QueueRuntime] = {}
 
 
-def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
-    """A handle on job ``job_id`` of ``app``'s queue (or the queue at ``url``), whoever
-    submitted it: ``handle_for(app, job_id).result(timeout=60)`` from any process.
-    ``app.close()`` closes the connection it opened (:func:`close_handles`)."""
-    ctx: RuntimeContext = app.context()
+def handle_for(ctx: RuntimeContext, job_id: str, *, url: str | None = None) -> Handle:
+    """A handle on job ``job_id`` of the app's queue (or the queue at ``url``), whoever
+    submitted it (``app.job(job_id)``). The connection it opens is given back when the app
+    closes (registered in ``ctx.closers``)."""
     key = (id(ctx.metrics), url or ctx.settings.queue)
+    ctx.closers.add("foundry.deliver.queue handles", lambda: close_handles(ctx))
     with _SHARED_LOCK:
         rt = _HANDLE_RUNTIMES.get(key)
     if rt is None:
@@ -554,9 +554,9 @@ def handle_for(app: Any, job_id: str, *, url: str | None = None) -> Handle:
     return Handle(job_id, state.unit, JobSource(rt.backend, job_id, state.unit, spec, ctx.errors))
 
 
-def close_handles(app: Any) -> None:
-    """Give back the runtimes :func:`handle_for` opened for ``app``."""
-    mine = id(app.context().metrics)
+def close_handles(ctx: RuntimeContext) -> None:
+    """Give back the runtimes :func:`handle_for` opened for the app of ``ctx``."""
+    mine = id(ctx.metrics)
     with _SHARED_LOCK:
         taken = [key for key in _HANDLE_RUNTIMES if key[0] == mine]
         runtimes = [_HANDLE_RUNTIMES.pop(key) for key in taken]

@@ -7,7 +7,7 @@ resumed by any process from the journal, replaying completed calls without re-ru
 them. See ``docs/workflows.md`` for the model and its guarantees.
 
 Public surface: :class:`WorkflowContext`, :class:`Worker`, :class:`WorkflowRuntime`,
-:func:`configure` (options of an app's runtime), :func:`runtime_of`, and
+:func:`configure` (options of an app's runtime), and
 :func:`make_runner` (the ``runner_for`` route of ``foundry.app``).
 """
 
@@ -21,7 +21,7 @@ from foundry.backends.journal import Clock, JournalBackend, ManualClock, open_jo
 from foundry.deliver.workflow.context import AsyncWorkflowContext, WorkflowContext
 from foundry.deliver.workflow.runtime import WorkflowRuntime, WorkflowSource, journal_from
 from foundry.deliver.workflow.worker import AppLike, Worker
-from foundry.errors import NotFoundError, SubmitError
+from foundry.errors import SubmitError
 from foundry.handle import Handle
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
 
@@ -35,7 +35,6 @@ __all__ = [
     "configure",
     "make_runner",
     "runtime_for",
-    "runtime_of",
 ]
 
 # One runtime per app (keyed by its metrics registry, which is per app) per process.
@@ -115,18 +114,6 @@ def configure(
         )
         _register(_key(ctx), rt, pinned=True)
         return rt
-
-
-def runtime_of(app: Any) -> WorkflowRuntime:
-    """The runtime behind ``app``'s workflows (``app.signal``, ``app.workflow_handle``)."""
-    if not app.workflows:
-        raise NotFoundError(
-            f"app {app.name!r} declares no workflows. Fix: declare them with @app.workflow, or use "
-            "`foundry workflows` on the journal"
-        )
-    unit = next(iter(app.workflows.values()))
-    runner = app.runner_for(unit.spec)
-    return runner.runtime  # type: ignore[no-any-return]
 
 
 class UnitRunner:

@@ -36,6 +36,7 @@ from foundry.backends.journal.base import (
 from foundry.deliver.workflow._plan import _Control, _EndOfHistory
 from foundry.deliver.workflow.run import Run
 from foundry.deliver.workflow.runtime import WorkflowRuntime
+from foundry.deliver.workflow.worker import AppLike
 from foundry.errors import NonDeterminismError, NotFoundError, RecordError, SubmitError
 from foundry.observe.metrics import Registry
 from foundry.runtime import RuntimeContext
@@ -160,7 +161,7 @@ def replay_history(ctx: RuntimeContext, state: WorkflowState, entries: list[Entr
 
 
 def replay(
-    app: Any,
+    app: AppLike,
     *,
     journal: str | JournalBackend | None = None,
     histories: str | Path | Sequence[Mapping[str, Any]] | None = None,
@@ -195,7 +196,7 @@ def replay(
 
 
 def _from_journal(
-    journal: JournalBackend, app: Any, ids: list[str], name: str | None, status: str | None, limit: int
+    journal: JournalBackend, app: AppLike, ids: list[str], name: str | None, status: str | None, limit: int
 ) -> list[tuple[WorkflowState, list[Entry]]]:
     if ids:
         return [journal.load(i) for i in ids]
@@ -207,7 +208,7 @@ def _from_journal(
     return out
 
 
-def assert_replays(app: Any, **options: Any) -> list[ReplayReport]:
+def assert_replays(app: AppLike, **options: Any) -> list[ReplayReport]:
     """:func:`replay`, raising :class:`NonDeterminismError` (listing every history that
     diverges) unless all replay; for a test suite, before a deploy."""
     reports = replay(app, **options)
