@@ -108,8 +108,10 @@ def test_a_dask_worker_killed_mid_map_loses_no_item(dask_scheduler: Any, tmp_pat
             assert results == list(range(400))
             runs = Counter(_lines(log))
             assert set(runs) == {str(n) for n in range(400)}
-            # only the items of the chunk that was computing on the dead worker ran twice
-            assert sum(runs.values()) - 400 <= 5, {k: v for k, v in runs.items() if v > 1}
+            # only chunks that were on the dead worker ran twice: the one computing there, and
+            # (Dask's contract) any it had finished whose results were not fetched yet — a
+            # few chunks, not a rerun of the map
+            assert sum(runs.values()) - 400 <= 4 * 5, {k: v for k, v in runs.items() if v > 1}
             assert ex.metrics.value(names.PARALLEL_CHUNKS_LOST, unit="kill", engine="dask") == 0
         finally:
             ex.close()
