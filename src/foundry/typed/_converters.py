@@ -1,33 +1,11 @@
-"""Typed payloads: a unit's arguments and result as JSON data, by its annotations.
+"""The converters of :mod:`foundry.typed`: for each annotation, how a value is checked
+and written as JSON data (``dump``), and how stored data is rebuilt from it (``load``).
 
-A durable model stores what a unit is given and what it returns. With the JSON codec
-that is JSON data; this module lets a unit take and return more than that —
-``datetime`` (aware or naive), ``date``, ``time``, ``timedelta``, ``UUID``,
-``Decimal``, ``bytes``, enums, dataclasses, pydantic models and msgspec structs, in
-lists, tuples, sets, dicts, ``X | None`` and unions — **where its annotations declare
-them**::
-
-    @app.work(durable=True)
-    def invoice(order: Order, due: date) -> Receipt: ...
-
-:func:`payloads_for` compiles a unit's signature once into converters. At submit,
-:meth:`Payloads.dump_call` checks every argument against its parameter's annotation
-(a wrong type is a :class:`~foundry.errors.SubmitError` naming the unit, the parameter,
-the value and the fix, in the submitting process) and turns it into JSON data; the
-worker's :meth:`Payloads.load_call` rebuilds the values, and the result goes the same
-way back (:meth:`Payloads.dump_result`, :meth:`Payloads.load_result`).
-
-**The wire format is self-describing, and the store is hostile input.** A value that is
-not JSON data is written as ``{"$type": NAME, "value": ...}`` (a model also carries its
-``"class"``), so a person reading a record sees what it holds. But a record never
-chooses what is built: it is decoded by the annotation *this process* declares for its
-position. A tag names one of the built-in types above at most; a model is rebuilt only
-as the class the annotation names (the record's ``"class"`` must agree with it, and no
-module is ever imported because a record names it). A tag the annotation did not
-declare, a model of another class, an unknown field or a value of the wrong shape is a
-:class:`~foundry.errors.RecordError` with the reason (a queue dead-letters the job).
-Where a parameter is unannotated (or ``Any``, or a type this module does not know),
-its value is JSON data and nothing is converted: read back exactly as stored.
+Each type this module knows has one converter; :func:`compile_annotation` turns an
+annotation (``list[Order] | None``) into a tree of them, once. Nothing here knows about
+units or their signatures (that is :class:`foundry.typed.Payloads`): only about types
+and their wire form, which is self-describing (``{"$type": NAME, "value": ...}``) but
+never chooses what is built — the annotation does.
 """
 
 from __future__ import annotations
@@ -42,20 +20,17 @@ import sys
 import types
 import typing
 import uuid
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from foundry.errors import RecordError, SubmitError
-
-__all__ = ["Payloads", "payloads_for"]
+__all__ = ["ANY", "TAG", "Bad", "Conv", "Mismatch", "compile_annotation", "resolved_hints", "short"]
 
 TAG = "$type"
 _MAX_DEPTH = 64
 
 
-class _Mismatch(Exception):
+class Mismatch(Exception):
     """A value that does not fit its annotation (raised at dump)."""
 
     def __init__(self, where: str, expected: str, value: Any, fix: str = "") -> None:
@@ -64,7 +39,7 @@ class _Mismatch(Exception):
         self.declared = expected  # the parameter's whole annotation (set where it is known)
 
 
-class _Bad(Exception):
+class Bad(Exception):
     """Stored data that does not fit its annotation (raised at load)."""
 
     def __init__(self, where: str, reason: str) -> None:
@@ -72,13 +47,13 @@ class _Bad(Exception):
         self.where, self.reason = where, reason
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _shown(data: Any) -> str:
-    return f"{type(data).__name__} {_short(data)}"
+    return f"{type(data).__name__} {short(data)}"
 
 
 def _type_name(cls: Any) -> str:
@@ -94,7 +69,7 @@ def _class_path(cls: type) -> str:
 # is the path inside the value ("order.lines[2].price") for the error's message.
 
 
-class _Conv:
+class Conv:
     """The converter of ``Any`` (and of what this module does not know): JSON data in,
     the same out, nothing checked."""
 
@@ -114,10 +89,10 @@ class _Conv:
         return frozenset()
 
 
-ANY = _Conv()
+ANY = Conv()
 
 
-class _Scalar(_Conv):
+class _Scalar(Conv):
     """``str``, ``int``, ``float``, ``bool``, ``None``: JSON data already (checked)."""
 
     def __init__(self, cls: type) -> None:
@@ -134,16 +109,16 @@ class _Scalar(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
-            raise _Mismatch(where, self.name, value)
+            raise Mismatch(where, self.name, value)
         return value
 
     def load(self, data: Any, where: str) -> Any:
         if not self.accepts(data):
-            raise _Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
+            raise Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
         return data
 
 
-class _Tagged(_Conv):
+class _Tagged(Conv):
     """A built-in type written as ``{"$type": tag, "value": text}``."""
 
     def __init__(
@@ -162,17 +137,17 @@ class _Tagged(_Conv):
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
             fix = "pass value.date()" if self.cls is dt.date and isinstance(value, dt.datetime) else ""
-            raise _Mismatch(where, self.name, value, fix)
+            raise Mismatch(where, self.name, value, fix)
         return {TAG: self.tag, "value": self._dump(value)}
 
     def load(self, data: Any, where: str) -> Any:
         text = _tag_value(data, self.tag, self.name, where)
         if not isinstance(text, self._check):
-            raise _Bad(where, f"a {self.tag} record holds {_shown(text)}, not a {self._check.__name__}")
+            raise Bad(where, f"a {self.tag} record holds {_shown(text)}, not a {self._check.__name__}")
         try:
             return self._load(text)
         except (ValueError, TypeError, ArithmeticError, InvalidOperation) as exc:
-            raise _Bad(where, f"{_short(text)} is not a {self.name} ({exc})") from None
+            raise Bad(where, f"{short(text)} is not a {self.name} ({exc})") from None
 
     def tags(self) -> frozenset[str]:
         return frozenset({self.tag})
@@ -180,17 +155,17 @@ class _Tagged(_Conv):
 
 def _tag_value(data: Any, tag: str, name: str, where: str) -> Any:
     if not (isinstance(data, dict) and TAG in data):
-        raise _Bad(where, f"the unit declares {name}, the record holds {_shown(data)}")
+        raise Bad(where, f"the unit declares {name}, the record holds {_shown(data)}")
     got = data[TAG]
     if got != tag:
-        raise _Bad(
+        raise Bad(
             where,
-            f"the record's {TAG} is {_short(got)}, and the unit declares {name} there (tag {tag!r}); "
+            f"the record's {TAG} is {short(got)}, and the unit declares {name} there (tag {tag!r}); "
             "a record never chooses the type it is decoded as",
         )
     extra = set(data) - {TAG, "value", "class"}
     if extra or "value" not in data:
-        raise _Bad(where, f"a {tag} record has keys {sorted(map(str, data))}, not {TAG!r} and 'value'")
+        raise Bad(where, f"a {tag} record has keys {sorted(map(str, data))}, not {TAG!r} and 'value'")
     return data["value"]
 
 
@@ -230,7 +205,7 @@ def _load_delta(parts: list[Any]) -> dt.timedelta:
 _TAGGED[dt.timedelta] = _Tagged(dt.timedelta, "timedelta", _dump_delta, _load_delta, list)
 
 
-class _Enum(_Conv):
+class _Enum(Conv):
     """An enum, stored as its value (and rebuilt as the declared enum's member)."""
 
     def __init__(self, cls: type[enum.Enum]) -> None:
@@ -241,19 +216,19 @@ class _Enum(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not isinstance(value, self.cls):
-            raise _Mismatch(where, self.name, value, f"pass a member of {self.name}")
+            raise Mismatch(where, self.name, value, f"pass a member of {self.name}")
         return value.value
 
     def load(self, data: Any, where: str) -> Any:
         if isinstance(data, dict | list):
-            raise _Bad(where, f"the unit declares the enum {self.name}, the record holds {_shown(data)}")
+            raise Bad(where, f"the unit declares the enum {self.name}, the record holds {_shown(data)}")
         try:
             return self.cls(data)
         except ValueError:
-            raise _Bad(where, f"{_short(data)} is not a value of {self.name}") from None
+            raise Bad(where, f"{short(data)} is not a value of {self.name}") from None
 
 
-class _Literal(_Conv):
+class _Literal(Conv):
     def __init__(self, values: tuple[Any, ...]) -> None:
         self.values = values
         self.name = f"Literal[{', '.join(map(repr, values))}]"
@@ -263,7 +238,7 @@ class _Literal(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
-            raise _Mismatch(where, self.name, value)
+            raise Mismatch(where, self.name, value)
         return value.value if isinstance(value, enum.Enum) else value
 
     def load(self, data: Any, where: str) -> Any:
@@ -271,13 +246,13 @@ class _Literal(_Conv):
             raw = v.value if isinstance(v, enum.Enum) else v
             if data == raw and type(data) is type(raw):
                 return v
-        raise _Bad(where, f"{_short(data)} is not one of {self.name}")
+        raise Bad(where, f"{short(data)} is not one of {self.name}")
 
 
-class _List(_Conv):
+class _List(Conv):
     """``list[X]``, ``Sequence[X]``, ``set[X]``, ``frozenset[X]``, ``tuple[X, ...]``."""
 
-    def __init__(self, kind: type, item: _Conv, name: str) -> None:
+    def __init__(self, kind: type, item: Conv, name: str) -> None:
         self.kind, self.item, self.name = kind, item, name
 
     def accepts(self, value: Any) -> bool:
@@ -291,26 +266,26 @@ class _List(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
-            raise _Mismatch(where, self.name, value)
+            raise Mismatch(where, self.name, value)
         item = self.item
         return [item.dump(v, f"{where}[{i}]") for i, v in enumerate(value)]
 
     def load(self, data: Any, where: str) -> Any:
         if not isinstance(data, list):
-            raise _Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
+            raise Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
         items = [self.item.load(v, f"{where}[{i}]") for i, v in enumerate(data)]
         if self.kind is list:
             return items
         try:
             return self.kind(items)
         except TypeError as exc:
-            raise _Bad(where, f"cannot make a {self.kind.__name__} of it ({exc})") from None
+            raise Bad(where, f"cannot make a {self.kind.__name__} of it ({exc})") from None
 
 
-class _Tuple(_Conv):
+class _Tuple(Conv):
     """``tuple[X, Y]``: a fixed number of items, each its own type."""
 
-    def __init__(self, items: list[_Conv]) -> None:
+    def __init__(self, items: list[Conv]) -> None:
         self.items = items
         self.name = f"tuple[{', '.join(c.name for c in items)}]"
 
@@ -319,21 +294,21 @@ class _Tuple(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
-            raise _Mismatch(where, self.name, value)
+            raise Mismatch(where, self.name, value)
         return [c.dump(v, f"{where}[{i}]") for i, (c, v) in enumerate(zip(self.items, value, strict=True))]
 
     def load(self, data: Any, where: str) -> Any:
         if not isinstance(data, list) or len(data) != len(self.items):
-            raise _Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
+            raise Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
         return tuple(
             c.load(v, f"{where}[{i}]") for i, (c, v) in enumerate(zip(self.items, data, strict=True))
         )
 
 
-class _Dict(_Conv):
+class _Dict(Conv):
     """``dict[str, V]`` (JSON object keys are strings)."""
 
-    def __init__(self, value: _Conv, name: str) -> None:
+    def __init__(self, value: Conv, name: str) -> None:
         self.value, self.name = value, name
 
     def accepts(self, value: Any) -> bool:
@@ -341,25 +316,25 @@ class _Dict(_Conv):
 
     def dump(self, value: Any, where: str) -> Any:
         if not isinstance(value, Mapping):
-            raise _Mismatch(where, self.name, value)
+            raise Mismatch(where, self.name, value)
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise _Mismatch(f"{where} key {k!r}", "str", k, "JSON object keys are strings")
+                raise Mismatch(f"{where} key {k!r}", "str", k, "JSON object keys are strings")
             out[k] = self.value.dump(v, f"{where}[{k!r}]")
         return out
 
     def load(self, data: Any, where: str) -> Any:
         if not isinstance(data, dict):
-            raise _Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
+            raise Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
         return {k: self.value.load(v, f"{where}[{k!r}]") for k, v in data.items()}
 
 
-class _Union(_Conv):
+class _Union(Conv):
     """``X | Y | None``: the first branch that takes the value; a tagged record goes to
     the branch that reads its tag (and only there)."""
 
-    def __init__(self, branches: list[_Conv]) -> None:
+    def __init__(self, branches: list[Conv]) -> None:
         self.branches = branches
         self.name = " | ".join(b.name for b in branches)
 
@@ -370,7 +345,7 @@ class _Union(_Conv):
         for b in self.branches:
             if b.accepts(value):
                 return b.dump(value, where)
-        raise _Mismatch(where, self.name, value)
+        raise Mismatch(where, self.name, value)
 
     def load(self, data: Any, where: str) -> Any:
         if isinstance(data, dict) and TAG in data:
@@ -378,11 +353,11 @@ class _Union(_Conv):
                 if data[TAG] in b.tags() and (not isinstance(b, _Model) or data.get("class") == b.path):
                     return b.load(data, where)
             for b in self.branches:
-                if type(b) in (_Dict, _Conv):
+                if type(b) in (_Dict, Conv):
                     return b.load(data, where)  # a dict or Any branch takes it as a plain dict
-            raise _Bad(
+            raise Bad(
                 where,
-                f"the record's {TAG} is {_short(data[TAG])} (class {_short(data.get('class'))}), and the "
+                f"the record's {TAG} is {short(data[TAG])} (class {short(data.get('class'))}), and the "
                 f"unit declares {self.name} there; a record never chooses the type it is decoded as",
             )
         for b in self.branches:
@@ -390,15 +365,15 @@ class _Union(_Conv):
                 continue
             try:
                 return b.load(data, where)
-            except _Bad:
+            except Bad:
                 continue
-        raise _Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
+        raise Bad(where, f"the unit declares {self.name}, the record holds {_shown(data)}")
 
     def tags(self) -> frozenset[str]:
         return frozenset().union(*(b.tags() for b in self.branches))
 
 
-class _Model(_Conv):
+class _Model(Conv):
     """A dataclass, pydantic model or msgspec struct: ``{"$type": "model", "class":
     "pkg.mod.Order", "value": {field: data}}``, rebuilt only as the declared class."""
 
@@ -408,7 +383,7 @@ class _Model(_Conv):
         self.cls, self.kind = cls, kind
         self.name = cls.__qualname__
         self.path = _class_path(cls)
-        self._fields: dict[str, _Conv] | None = None  # dataclasses: compiled on first use (recursion)
+        self._fields: dict[str, Conv] | None = None  # dataclasses: compiled on first use (recursion)
 
     def tags(self) -> frozenset[str]:
         return frozenset({self.tag})
@@ -416,17 +391,19 @@ class _Model(_Conv):
     def accepts(self, value: Any) -> bool:
         return isinstance(value, self.cls)
 
-    def fields(self) -> dict[str, _Conv]:
+    def fields(self) -> dict[str, Conv]:
         if self._fields is None:
-            hints = _hints(self.cls)
+            hints = resolved_hints(self.cls)
             self._fields = {
-                f.name: _compile(hints.get(f.name, Any)) for f in dataclasses.fields(self.cls) if f.init
+                f.name: compile_annotation(hints.get(f.name, Any))
+                for f in dataclasses.fields(self.cls)
+                if f.init
             }  # (a field with init=False is the class's to compute, not the record's to give)
         return self._fields
 
     def dump(self, value: Any, where: str) -> Any:
         if not self.accepts(value):
-            raise _Mismatch(where, self.name, value, f"pass {self.name}(...)")
+            raise Mismatch(where, self.name, value, f"pass {self.name}(...)")
         if self.kind in ("pydantic", "msgspec"):
             try:
                 body: Any = (
@@ -436,7 +413,7 @@ class _Model(_Conv):
                 )
             except Exception as exc:  # a field the library cannot serialize
                 detail = f"make its fields serializable ({type(exc).__name__}: {str(exc)[:200]})"
-                raise _Mismatch(where, self.name, value, detail) from None
+                raise Mismatch(where, self.name, value, detail) from None
         else:
             body = {
                 name: conv.dump(getattr(value, name), f"{where}.{name}")
@@ -447,13 +424,13 @@ class _Model(_Conv):
     def load(self, data: Any, where: str) -> Any:
         body = _tag_value(data, self.tag, self.name, where)
         if data.get("class") != self.path:
-            raise _Bad(
+            raise Bad(
                 where,
-                f"the record holds a model of class {_short(data.get('class'))}, and the unit declares "
+                f"the record holds a model of class {short(data.get('class'))}, and the unit declares "
                 f"{self.path} there; a model is rebuilt only as the class the unit declares",
             )
         if not isinstance(body, dict):
-            raise _Bad(where, f"a {self.name} record's value is {_shown(body)}, not an object")
+            raise Bad(where, f"a {self.name} record's value is {_shown(body)}, not an object")
         try:
             if self.kind == "pydantic":
                 return self.cls.model_validate(body)  # type: ignore[attr-defined]
@@ -462,12 +439,12 @@ class _Model(_Conv):
             fields = self.fields()
             unknown = sorted(set(body) - set(fields))
             if unknown:
-                raise _Bad(where, f"{self.name} has no field {unknown[0]!r}")
+                raise Bad(where, f"{self.name} has no field {unknown[0]!r}")
             return self.cls(**{k: fields[k].load(v, f"{where}.{k}") for k, v in body.items()})
-        except (_Bad, RecursionError):
+        except (Bad, RecursionError):
             raise
         except Exception as exc:
-            raise _Bad(
+            raise Bad(
                 where, f"it is not a valid {self.name} ({type(exc).__name__}: {str(exc)[:300]})"
             ) from None
 
@@ -475,7 +452,7 @@ class _Model(_Conv):
 # -- compiling annotations ------------------------------------------------------------------
 
 
-def _hints(owner: Any) -> dict[str, Any]:
+def resolved_hints(owner: Any) -> dict[str, Any]:
     """``owner``'s resolved annotations; one that does not resolve (a forward reference
     to a name its module does not define) is left out: that position is ``Any``."""
     try:
@@ -508,7 +485,7 @@ def _model_kind(cls: type) -> str | None:
 _MODELS: dict[type, _Model] = {}
 
 
-def _compile(ann: Any, depth: int = 0) -> _Conv:
+def compile_annotation(ann: Any, depth: int = 0) -> Conv:
     """The converter of one annotation; anything this module does not know is Any."""
     if depth > _MAX_DEPTH or ann is Any or ann is object or ann is inspect.Parameter.empty:
         return ANY
@@ -517,24 +494,24 @@ def _compile(ann: Any, depth: int = 0) -> _Conv:
     origin = typing.get_origin(ann)
     args = typing.get_args(ann)
     if origin is typing.Annotated:
-        return _compile(args[0], depth + 1)
+        return compile_annotation(args[0], depth + 1)
     if origin is typing.Union or origin is types.UnionType:
-        return _Union([_compile(a, depth + 1) for a in args])
+        return _Union([compile_annotation(a, depth + 1) for a in args])
     if origin is typing.Literal:
         return _Literal(args)
     if origin in (list, set, frozenset, Sequence) or (origin is tuple and len(args) == 2 and args[1] is ...):
-        item = _compile(args[0], depth + 1) if args else ANY
+        item = compile_annotation(args[0], depth + 1) if args else ANY
         kind = {set: set, frozenset: frozenset, tuple: tuple}.get(origin, list)
         name = f"{getattr(origin, '__name__', 'list')}[{item.name}]"
         return _List(kind, item, name)
     if origin is tuple:
         if args == ((),):
             return _Tuple([])
-        return _Tuple([_compile(a, depth + 1) for a in args])
+        return _Tuple([compile_annotation(a, depth + 1) for a in args])
     if origin in (dict, Mapping):
         if args and args[0] not in (str, Any):
             return ANY  # JSON object keys are strings: other keys are not converted
-        value = _compile(args[1], depth + 1) if args else ANY
+        value = compile_annotation(args[1], depth + 1) if args else ANY
         return _Dict(value, f"dict[str, {value.name}]")
     if origin is not None or not isinstance(ann, type):
         return ANY  # TypeVar, Callable, a string that did not resolve...
@@ -557,209 +534,3 @@ def _compile(ann: Any, depth: int = 0) -> _Conv:
             model = _MODELS[ann] = _Model(ann, model_kind)
         return model
     return ANY
-
-
-# -- one unit's signature ---------------------------------------------------------------------
-
-
-class Payloads:
-    """A unit's parameters and result as converters (see the module docstring)."""
-
-    def __init__(self, unit: str, fn: Callable[..., Any], *, skip_first: bool = False) -> None:
-        self.unit = unit
-        self._fn = fn
-        self._compiled = False
-        self.plain = True
-        self._skip_first = skip_first
-
-    def _compile(self) -> None:
-        if self._compiled:
-            return
-        fn = self._fn
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            sig = None
-        hints = _hints(fn)
-        params = list(sig.parameters.values()) if sig is not None else []
-        if self._skip_first and params:
-            params = params[1:]  # a workflow's context (wf)
-        self._sig = sig.replace(parameters=params) if sig is not None else None
-        self._positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        self._named = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        self._var_args = next((p for p in params if p.kind is p.VAR_POSITIONAL), None)
-        self._var_kwargs = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
-        self._convs = {p.name: _compile(hints.get(p.name, Any)) for p in params}
-        # positional-only calls within these counts fit the signature without binding it
-        self._min_args = sum(1 for p in self._positional if p.default is p.empty)
-        self._max_args = len(self._positional) if self._var_args is None else sys.maxsize
-        if any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params):
-            self._min_args = sys.maxsize  # a required keyword: always bind
-        self.result = _compile(hints.get("return", Any))
-        self.plain = all(c is ANY for c in self._convs.values())  # nothing declared: nothing to do
-        self.plain_result = self.result is ANY
-        self._compiled = True
-
-    def _conv_of(self, index: int | None, name: str | None) -> tuple[str, _Conv]:
-        if index is not None:
-            if index < len(self._positional):
-                p = self._positional[index]
-                return p.name, self._convs[p.name]
-            if self._var_args is not None:
-                return f"*{self._var_args.name}[{index - len(self._positional)}]", self._convs[
-                    self._var_args.name
-                ]
-            return f"argument {index}", ANY
-        assert name is not None
-        named = self._named.get(name)
-        if named is not None:
-            return name, self._convs[name]
-        if self._var_kwargs is not None:
-            return name, self._convs[self._var_kwargs.name]
-        return name, ANY
-
-    # -- submit side -------------------------------------------------------------------
-
-    def dump_call(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, convert: bool = True
-    ) -> tuple[list[Any], dict[str, Any]]:
-        """``args`` and ``kwargs`` checked against the unit's parameters and, with
-        ``convert``, turned into JSON data. Raises :class:`SubmitError` naming the unit,
-        the parameter, the value and the fix."""
-        self._compile()
-        if self.plain:
-            return list(args), dict(kwargs)
-        fits = not kwargs and self._min_args <= len(args) <= self._max_args
-        if self._sig is not None and not fits:
-            try:
-                self._sig.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise SubmitError(
-                    f"unit {self.unit!r}: the arguments do not fit its parameters ({self._names()}): {exc}; "
-                    "nothing was submitted. Fix: pass the parameters the unit declares"
-                ) from None
-        try:
-            out_args = [self._dump_one(i, None, v, convert) for i, v in enumerate(args)]
-            out_kwargs = {k: self._dump_one(None, k, v, convert) for k, v in kwargs.items()}
-        except RecursionError:
-            raise SubmitError(
-                f"unit {self.unit!r}: the arguments are nested too deep (or hold a cycle); nothing was "
-                "submitted. Fix: pass flatter data, or a reference to it"
-            ) from None
-        except _Mismatch as exc:
-            declared = exc.declared
-            inner = f" (expected {exc.expected} there)" if exc.expected != declared else ""
-            raise SubmitError(
-                f"unit {self.unit!r}: parameter {exc.where} is declared {declared}, and "
-                f"was given {type(exc.value).__name__} {_short(exc.value)}{inner}; "
-                f"nothing was submitted. Fix: {exc.fix or 'pass a value of type ' + exc.expected}, or "
-                "change the parameter's annotation"
-            ) from None
-        return out_args, out_kwargs
-
-    def _names(self) -> str:
-        sig = self._sig
-        return "" if sig is None else ", ".join(str(p).split(":", 1)[0] for p in sig.parameters.values())
-
-    def _dump_one(self, index: int | None, name: str | None, value: Any, convert: bool) -> Any:
-        where, conv = self._conv_of(index, name)
-        try:
-            data = conv.dump(value, where)
-        except _Mismatch as exc:
-            exc.declared = conv.name
-            raise
-        return data if convert else value
-
-    def accepts(self, parameter: str, value: Any) -> bool:
-        """Whether ``value`` fits what the unit declares for keyword ``parameter``."""
-        self._compile()
-        return self._conv_of(None, parameter)[1].accepts(value)
-
-    def _load_one(self, index: int | None, name: str | None, data: Any) -> Any:
-        where, conv = self._conv_of(index, name)
-        return conv.load(data, where)
-
-    def dump_result(self, value: Any, *, what: str = "the result") -> Any:
-        """The unit's return value checked against its return annotation, as JSON data.
-        Raises :class:`SubmitError` (the job fails, and is not retried)."""
-        self._compile()
-        if self.plain_result:
-            return value
-        try:
-            return self.result.dump(value, "return")
-        except RecursionError:
-            raise SubmitError(
-                f"unit {self.unit!r}: {what} is nested too deep (or holds a cycle); it was not stored. "
-                "Fix: return flatter data, or a reference to it"
-            ) from None
-        except _Mismatch as exc:
-            at = "" if exc.where == "return" else f" (at {exc.where})"
-            raise SubmitError(
-                f"unit {self.unit!r}: {what} is declared {self.result.name}, and the unit returned "
-                f"{type(exc.value).__name__} {_short(exc.value)}{at}; it was not stored. Fix: return "
-                f"{exc.fix or 'a value of type ' + exc.expected}, or change the return annotation"
-            ) from None
-
-    # -- store side -------------------------------------------------------------------
-
-    def load_call(
-        self, args: list[Any], kwargs: dict[str, Any], *, what: str
-    ) -> tuple[list[Any], dict[str, Any]]:
-        """Stored arguments (JSON data) rebuilt by the unit's annotations. Raises
-        :class:`RecordError` with the reason when they do not fit."""
-        self._compile()
-        if self.plain:
-            return args, kwargs
-        try:
-            out_args = [self._load_one(i, None, v) for i, v in enumerate(args)]
-            out_kwargs = {k: self._load_one(None, k, v) for k, v in kwargs.items()}
-        except _Bad as exc:
-            raise self._refused(what, f"parameter {exc.where}", exc.reason) from None
-        except RecursionError:
-            raise self._refused(what, "the arguments", "they are nested too deep") from None
-        return out_args, out_kwargs
-
-    def load_result(self, data: Any, *, what: str) -> Any:
-        """A stored result rebuilt by the unit's return annotation (:class:`RecordError`)."""
-        self._compile()
-        if self.plain_result:
-            return data
-        try:
-            return self.result.load(data, "return")
-        except _Bad as exc:
-            at = "" if exc.where == "return" else f" at {exc.where}"
-            raise self._refused(what, f"its return value{at}", exc.reason) from None
-        except RecursionError:
-            raise self._refused(what, "its return value", "it is nested too deep") from None
-
-    def _refused(self, what: str, where: str, reason: str) -> RecordError:
-        if len(where) > 200:
-            where = f"{where[:120]}…{where[-60:]}"
-        return RecordError(
-            f"unit {self.unit!r}: refused {what}: {where}: {reason}. It was written by a submitter with "
-            "another declaration of the unit, or by someone who can write to the store. Fix: run the same "
-            "declaration everywhere (then resubmit), and check who holds the store's credentials "
-            "(docs/security.md)"
-        )
-
-
-_CACHE: weakref.WeakKeyDictionary[Any, Payloads] = weakref.WeakKeyDictionary()
-_STRONG: dict[tuple[int, str, bool], Payloads] = {}
-
-
-def payloads_for(unit: str, fn: Callable[..., Any], *, skip_first: bool = False) -> Payloads:
-    """The (cached) :class:`Payloads` of ``fn`` declared as ``unit``. ``skip_first``: the
-    first parameter is not an argument (a workflow's ``wf``)."""
-    try:
-        cached = _CACHE.get(fn)
-        if cached is not None and cached.unit == unit and cached._skip_first == skip_first:
-            return cached
-        made = Payloads(unit, fn, skip_first=skip_first)
-        _CACHE[fn] = made
-        return made
-    except TypeError:  # not weak-referenceable (a builtin, a partial of one)
-        key = (id(fn), unit, skip_first)
-        found = _STRONG.get(key)
-        if found is None:
-            found = _STRONG[key] = Payloads(unit, fn, skip_first=skip_first)
-        return found
