@@ -45,6 +45,7 @@ ALONE = (
     "tests/pool/",  # deadlines, "no worker" in under 50 ms, SIGSTOP/SIGKILL of serve processes
     "tests/multihost/",  # a host cut off: its leases lapse while the other host finishes
     "tests/execute/test_adaptive.py",  # the incident's health-check p99 before and after
+    "tests/examples/test_payments.py",  # the watchdog names the signing phase by how long it held the loop
     "tests/observe/",  # loop lag, stalls, the watchdog's samples
     "tests/cli/test_profile.py",  # CPU/wall and the two-thread GIL probe
     "tests/cli/test_worker_metrics.py",  # a stall seen through the worker's exporter
