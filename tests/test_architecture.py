@@ -263,6 +263,28 @@ def test_engines_are_siblings_that_never_import_each_other() -> None:
     assert not violations, "backend imports that break the rules:\n  " + "\n  ".join(violations)
 
 
+def test_runtimes_reach_engines_only_through_their_family() -> None:
+    """Above ``backends/``, code opens an engine by URL through its family
+    (``foundry.backends.queue.open_queue_backend``) and programs against the family's
+    Protocol (``base``) and contract modules; it never imports an engine module, so every
+    engine can be swapped, or left uninstalled, without touching a runtime."""
+    out: list[str] = []
+    engines = {family: _engines(family) for family in FAMILIES}
+    for path in sorted(SRC.rglob("*.py")):
+        me = _module_name(path)
+        if me.startswith("foundry.backends"):
+            continue
+        for target, _name in _imported(path):
+            parts = target.split(".")
+            if len(parts) >= 4 and parts[:2] == ["foundry", "backends"] and parts[2] in FAMILIES:
+                engine = _owner(parts[2], target, engines[parts[2]])
+                if engine is not None:
+                    out.append(
+                        f"{me} -> {target}: open engine {engine!r} through foundry.backends.{parts[2]}"
+                    )
+    assert not out, "runtimes importing an engine module:\n  " + "\n  ".join(out)
+
+
 def test_every_family_has_the_same_shape() -> None:
     # __init__.py holds the registry (checked by _engines), base.py the Protocol and the
     # contract checks; _common.py is there where engines share helpers (journal's two
