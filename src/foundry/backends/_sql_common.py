@@ -92,6 +92,15 @@ def make_pool(
     return Pool(connect, _close, size=size, timeout=60.0, broken=broken, what=what)
 
 
+def sqlite_contended(exc: BaseException, *, busy: bool = True) -> bool:
+    """Whether ``exc`` is SQLite reporting another connection's lock ("database is locked";
+    with ``busy``, also "database is busy"): transient, worth waiting out."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    text = str(exc)
+    return "locked" in text or (busy and "busy" in text)
+
+
 def sqlite_error(
     exc: Exception, what: str, *, busy: bool, fix: str, path: str | None = None
 ) -> Exception | None:
@@ -100,7 +109,7 @@ def sqlite_error(
     that cannot be written (``path`` names it) is a :class:`StorageError` saying what to
     do; anything else is a :class:`BackendError`. ``None`` for an exception that is not
     SQLite's."""
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or (busy and "busy" in str(exc))):
+    if sqlite_contended(exc, busy=busy):
         return BackendUnavailableError(f"{what}: the database stayed locked ({exc}). Fix: {fix}")
     if isinstance(exc, sqlite3.Error):
         storage = storage_error(exc, what, path)
@@ -193,8 +202,7 @@ def sqlite_connect(
                 conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 break
             except sqlite3.OperationalError as exc:
-                text = str(exc)
-                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                if not sqlite_contended(exc) or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.02)
         if timeout < _OPEN_WAIT:

@@ -49,6 +49,7 @@ from foundry.backends._sql_common import (
     make_pool,
     parse_sql_url,
     sqlite_connect,
+    sqlite_contended,
     sqlite_error,
     sqlite_file,
     storage_error,
@@ -229,9 +230,7 @@ class _File:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() >= deadline:
+                if not sqlite_contended(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.0001)
