@@ -237,7 +237,7 @@ class _Listener:
         cancels = (q.prefix + "cancel").encode()
         idle_since = time.monotonic()
         pause = 0.05
-        pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = q.client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -257,7 +257,7 @@ class _Listener:
                     pause = min(pause * 2, 1.0)
                     with contextlib.suppress(Exception):
                         pubsub.reset()
-                    pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+                    pubsub = q.client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
                     continue
                 pause = 0.05
                 if msg is None:
