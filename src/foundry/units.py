@@ -178,6 +178,20 @@ class WorkUnit(Generic[P, R]):
     awaited value), so ``unit.submit(...)`` is checked against ``P`` and gives a
     ``Handle[R]`` for a type checker (``tests/typing/``)."""
 
+    if TYPE_CHECKING:
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:  # (a parallel unit takes the whole input)
+            """Run on the unit's model and return the result (``await`` it for async units
+            called from a loop: calling an async unit returns a coroutine)."""
+            ...
+
+    else:
+        # ``unit(...)`` calls whatever this instance holds in its ``__call__`` slot (see
+        # _install_call): CPython looks ``__call__`` up on the type, finds the slot's
+        # descriptor and calls the stored callable from C, so a sequential unit's call is
+        # its runner's ``direct`` closure and no method frame of ours.
+        __slots__ = ("__call__", "__dict__", "__weakref__")
+
     schedule: Schedule | None = None  # schedule=: its ticks enqueued by `foundry run` (foundry.schedules)
 
     def __init__(
@@ -218,6 +232,7 @@ class WorkUnit(Generic[P, R]):
         self.hooks: dict[str, Phase] = {}  # the phases marked with @unit.phase, by name
         functools.update_wrapper(self, fn)
         self._runner: Runner | None = None
+        _install_call(self, self._first_call)
         self.error_types = unit_error_types(app, fn, traits)
 
     @property
@@ -245,6 +260,7 @@ class WorkUnit(Generic[P, R]):
     def forget_runner(self) -> None:
         """Drop the cached runner (the app closed it): the next call asks the app again."""
         self._runner = None
+        _install_call(self, self._first_call)
 
     def phase(self, name: str, **traits: Any) -> Callable[[Callable[..., Any]], Phase]:
         """Mark the function that does phase ``name`` of this ``async def`` unit:
@@ -260,17 +276,33 @@ class WorkUnit(Generic[P, R]):
 
     # -- running -------------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # (a parallel unit takes the whole input)
-        """Run on the unit's model and return the result (``await`` it for async units
-        called from a loop: calling an async unit returns a coroutine)."""
-        if self.is_async and _in_loop():
-            acall = getattr(self._runner or self.runner, "acall", None)
+    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The first ``unit(...)`` (and the first after :meth:`forget_runner`): make the
+        runner, install the fastest way to call it in the ``__call__`` slot, make this call."""
+        call = self._call_for(self.runner)
+        _install_call(self, call)
+        return call(*args, **kwargs)
+
+    def _call_for(self, runner: Runner) -> Callable[..., Any]:
+        """What ``unit(...)`` is on ``runner``: its ``direct`` callable where it runs the
+        work inline (sequential: no frame of ours between the caller and the function but
+        that one), the loop-aware call for ``async def`` units, else ``runner.call``."""
+        if self.is_async:
+            return self._async_call
+        direct: Callable[..., Any] | None = getattr(runner, "direct", None)
+        if direct is not None:
+            return direct
+        return _via_call(runner.call)
+
+    def _async_call(self, *args: Any, **kwargs: Any) -> Any:
+        """``unit(...)`` of an ``async def`` unit: from a loop, a coroutine to await (run in
+        the caller's task where the model allows); without one, run to completion."""
+        runner = self._runner or self.runner
+        if _in_loop():
+            acall = getattr(runner, "acall", None)
             if acall is not None:  # the model runs it in the caller's own task (async)
                 return acall(args, kwargs)
             return self._acall(args, kwargs)
-        runner = self._runner
-        if runner is None:
-            runner = self.runner
         return runner.call(args, kwargs)
 
     async def _acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -429,6 +461,20 @@ class WorkDecorator(Protocol):
 
 _DEFAULT_OPTIONS = SubmitOptions()
 DEFAULT_MAP_WINDOW = 64
+
+
+def _install_call(unit: WorkUnit[Any, Any], call: Callable[..., Any]) -> None:
+    """Make ``unit(...)`` call ``call`` (the slot declared in ``WorkUnit.__slots__``)."""
+    setattr(unit, "__call__", call)  # noqa: B010 (the slot, which mypy sees as the method)
+
+
+def _via_call(call: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> Callable[..., Any]:
+    """``unit(...)`` on a runner whose ``call(args, kwargs)`` hands the work on."""
+
+    def unit_call(*args: Any, **kwargs: Any) -> Any:
+        return call(args, kwargs)
+
+    return unit_call
 
 
 def _tracked(handle: Handle[A]) -> Handle[A]:

@@ -1,4 +1,4 @@
-"""A few-seconds smoke run of bench/inprocess.py and bench/inprocess_b.py: each runs,
+"""A few-seconds smoke run of bench/inprocess.py, bench/inprocess_b.py and bench/callpath.py: each runs,
 checks its own metrics, and prints every case."""
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ PART_A = (
 PART_B = ("raw asyncio.gather", "foundry async unit", "watchdog cost", "accounted", "Pool.map", "joblib")
 
 
-@pytest.mark.parametrize(("script", "rows"), [("inprocess.py", PART_A), ("inprocess_b.py", PART_B)])
+CALLPATH = ("plain call", "+ a callable object", "+ a Python frame", "foundry sequential unit")
+
+
+@pytest.mark.parametrize(
+    ("script", "rows"), [("inprocess.py", PART_A), ("inprocess_b.py", PART_B), ("callpath.py", CALLPATH)]
+)
 def test_the_benchmark_runs_quick(script: str, rows: tuple[str, ...]) -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), "--quick"],
