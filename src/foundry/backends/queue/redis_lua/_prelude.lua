@@ -152,11 +152,15 @@ local function unfit(f)
   if not whole(f[11], -2147483647) then return 'priority', f[11], 'is not an integer' end
   return nil
 end
--- Lease a job whose lease_fields f passed unfit; the reply row claimed_from_reply reads.
+-- Lease a job whose lease_fields f passed unfit; the reply: {id, the other fields of the
+-- row claimed_from_reply reads, each as <length>:<bytes>, in one string} -- one bulk string
+-- to parse per job instead of eleven (redis.py's _lease_row unpacks it).
 local function lease_job(j, id, q, now_s, worker, token, until_s, f)
   local d = redis.call('HINCRBY', j, 'deliveries', 1)
   redis.call('HSET', j, 'status', 'running', 'token', token, 'worker', worker, 'lease_until', until_s,
     'started_at', now_s)
   redis.call('ZADD', Q(q, 'lease'), until_s, id)
-  return {id, f[2], f[3], f[4], d, f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
+  local row = {f[2], f[3], f[4], tostring(d), f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
+  for i = 1, #row do row[i] = #row[i] .. ':' .. row[i] end
+  return {id, table.concat(row)}
 end
