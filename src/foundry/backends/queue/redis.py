@@ -573,7 +573,12 @@ class RedisQueue(ShowsUrl):
         args: list[Any] = [_num(time.time())]
         for job_id, token, result in items:
             args += [job_id, token, bytes(result)]
-        return [bool(x) for x in self._script("complete", args)]
+        done = self._script("complete", args)  # b"1"/b"0" per job, in order
+        if not isinstance(done, bytes) or len(done) != len(items):
+            raise MalformedRecordError(
+                items[0][0], "reply", repr(done)[:40], "is not a completion script's reply"
+            )
+        return [c == 49 for c in done]
 
     def fail(
         self,
