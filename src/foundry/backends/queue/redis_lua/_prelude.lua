@@ -40,8 +40,9 @@ local function wake(q)
   local w = Q(q, 'wake')
   if redis.call('LLEN', w) < 64 then redis.call('RPUSH', w, '1') end
 end
-local function finish(j, id, q, now)
-  local f = redis.call('HMGET', j, 'result_ttl', 'key')
+-- f: the job's {result_ttl, key} when the caller already read them (else read here)
+local function finish(j, id, q, now, f)
+  f = f or redis.call('HMGET', j, 'result_ttl', 'key')
   local ttl = tonumber(f[1])
   if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- a malformed one: 7 days
   local exp = now + ttl
