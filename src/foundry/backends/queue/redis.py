@@ -275,7 +275,7 @@ class _Listener:
         channel = self._channel
         idle_since = time.monotonic()
         pause = 0.05
-        pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = q.client.pubsub()
         try:
             while not self._stop.is_set():
                 with self._lock:
@@ -295,7 +295,7 @@ class _Listener:
                     pause = min(pause * 2, 1.0)
                     with contextlib.suppress(Exception):
                         pubsub.reset()
-                    pubsub = q.client.pubsub()  # type: ignore[no-untyped-call]
+                    pubsub = q.client.pubsub()
                     continue
                 pause = 0.05
                 if msg is None:
