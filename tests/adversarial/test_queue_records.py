@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from foundry.backends.queue import Claimed, JobState, JobStatus, NewJob, open_queue_backend
 from foundry.backends.queue._amqp_client import parse_body
 from foundry.backends.queue._sql import claimed_from_row, state_from_row
-from foundry.backends.queue.redis import claimed_from_reply, state_from_hash
+from foundry.backends.queue.redis import _lease_row, claimed_from_reply, state_from_hash
 from foundry.errors import MalformedRecordError
 from tests.adversarial import _queue_app
 from tests.adversarial._fuzz import FUZZ
@@ -202,6 +202,29 @@ def test_redis_lease_replies_decode_to_a_job_or_the_malformed_error(row: list[An
         check_claimed(claimed_from_reply(row, "q", "token", 100.0))
     except MalformedRecordError:
         pass
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300), st.lists(st.binary(max_size=30), max_size=14).map(
+    lambda fields: b"".join(b"%d:%b" % (len(f), f) for f in fields)
+)))  # fmt: skip
+def test_packed_redis_lease_replies_decode_to_a_job_or_the_malformed_error(packed: bytes) -> None:
+    """A claim's reply for one job is ``[id, b"<len>:<bytes>..."]``: whatever the bytes,
+    unpacking never raises and the row decodes to a job or is refused."""
+    try:
+        check_claimed(claimed_from_reply(_lease_row([b"id1", packed]), "q", "token", 100.0))
+    except MalformedRecordError:
+        pass
+
+
+def test_a_packed_lease_reply_unpacks_to_the_row() -> None:
+    fields = [b"u", b"{}", b"json", b"1", b"0", b"0", b"5", b"", b"1.5", b"0", b""]
+    packed = b"".join(b"%d:%b" % (len(f), f) for f in fields)
+    assert _lease_row([b"id1", packed]) == [b"id1", *fields]
+    assert claimed_from_reply(_lease_row([b"id1", packed]), "q", "tok", 10.0).enqueued_at == 1.5
+    assert _lease_row([b"id1", b"3:ab"]) == [b"id1", b"3:ab"]  # short: left as it is, then refused
+    with pytest.raises(MalformedRecordError):
+        claimed_from_reply(_lease_row([b"id1", b"3:ab"]), "q", "tok", 10.0)
 
 
 @FUZZ

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from foundry.execute.asyncio_loop import LoopThread
     from foundry.execute.processes import ProcessRunner
     from foundry.observe._otel import Tracer
+    from foundry.observe.metrics import Counter, Gauge, Histogram
 
 __all__ = ["JobEvent", "Worker", "retries_on"]
 
@@ -231,7 +232,8 @@ class _Gate:
     def leave(self) -> None:
         with self.cond:
             self.running -= 1
-            self.cond.notify_all()
+            if self.waiting:  # only a suspect waits for the running count (not once per job)
+                self.cond.notify_all()
 
     def enter_alone(self, stopping: threading.Event, patience: float) -> str:
         """Wait until nothing else runs, then run alone: ``"alone"``. ``"stop"``: the worker
@@ -592,6 +594,7 @@ class Worker:
         self._m_cancelled = m.counter(
             names.JOB_CANCELLED, "jobs cancelled while a worker held them", ("unit",)
         )
+        self._unit_series: dict[tuple[str, str], tuple[Gauge, Histogram, Counter]] = {}
         limited = any(limit_of(u.spec) for u in app.units.values() if u.decision.delivery == "queue")
         self.limiter = (
             Limiter(url or self.ctx.settings.queue, self.ctx.settings.home, m, lease, self.backend)
@@ -1169,7 +1172,7 @@ class Worker:
             self._m_redelivered.labels(c.unit).inc()
         job.started = time.monotonic()
         self._event("started", c)
-        flight = self._m_flight.labels(c.unit, model)
+        flight, duration, _ = self._series(c.unit, model)
         flight.inc()
         tracer = self._tracing.tracer()
         try:
@@ -1187,7 +1190,20 @@ class Worker:
             self._record_success(job, spec, value)
         finally:
             flight.dec()
-            self._m_duration.labels(c.unit, model).observe(time.monotonic() - job.started)
+            duration.observe(time.monotonic() - job.started)
+
+    def _series(self, unit: str, model: str) -> tuple[Gauge, Histogram, Counter]:
+        """The in-flight, duration and completed series of ``(unit, model)``, looked up
+        once (three label lookups per job otherwise)."""
+        got = self._unit_series.get((unit, model))
+        if got is None:
+            got = (
+                self._m_flight.labels(unit, model),
+                self._m_duration.labels(unit, model),
+                self._m_done.labels(unit, model),
+            )
+            self._unit_series[(unit, model)] = got
+        return got
 
     def _traced(
         self, tracer: Tracer, job: _Job, spec: UnitSpec, args: list[Any], kwargs: dict[str, Any]
@@ -1260,7 +1276,7 @@ class Worker:
     def acked(self, job: _Job, model: str, written: bool | None) -> None:
         c = job.claimed
         if written:
-            self._m_done.labels(c.unit, model).inc()
+            self._series(c.unit, model)[2].inc()
             self._event("succeeded", c)
         elif written is False and job.cancelled:
             self._m_cancelled.labels(c.unit).inc()

@@ -32,7 +32,9 @@ them; ``purge`` also deletes them on demand).
 waiting); an idle claimer blocks in ``BLPOP`` on it, with a timeout no longer than the
 next delayed job's eta or lease deadline, so it neither polls nor oversleeps a delayed
 job. A job that finishes is ``PUBLISH``-ed; ``wait`` listens (one subscriber thread per
-process, only while someone waits) and re-reads the job at least every second.
+process, only while someone waits) and re-reads the job at least every second. Cancel
+requests have a channel and a subscriber of their own, so a worker watching for them
+is not sent every finished job's id.
 
 **Durability** is Redis's own: with ``appendonly yes`` + ``appendfsync everysec`` an
 accepted job survives a Redis crash except for the last second of writes; with
@@ -150,6 +152,16 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
+def _enqueued(job_id: str, reply: Any) -> Enqueued:
+    """The enqueue script's reply: ``1`` when it created the job (the common case: one
+    integer to parse), else ``{0, the id of the job that exists}``."""
+    if reply == 1:
+        return Enqueued(job_id, True)
+    if isinstance(reply, list | tuple) and len(reply) == 2:
+        return Enqueued(_text(reply[1]), bool(reply[0]))
+    raise MalformedRecordError(job_id, "reply", repr(reply)[:40], "is not an enqueue script's reply")
+
+
 def claimed_from_reply(row: Sequence[Any], queue: str, token: str, until: float) -> Claimed:
     """A ``Claimed`` from a script's reply row (see ``lease_job`` in the scripts and
     ``_records.decode_claimed``)."""
@@ -174,6 +186,27 @@ def claimed_from_reply(row: Sequence[Any], queue: str, token: str, until: float)
             "trace": row[11] if len(row) > 11 else None,  # a job from before traces has ''
         }
     )
+
+
+def _lease_row(row: Any) -> Any:
+    """A claim script's reply for one job, ``[id, b"<len>:<bytes><len>:<bytes>..."]`` (see
+    ``lease_job`` in the scripts), as the row :func:`claimed_from_reply` reads; a reply
+    that does not unpack is returned as it is (and is refused there)."""
+    if not isinstance(row, list | tuple) or len(row) != 2 or not isinstance(row[1], bytes):
+        return row
+    data: bytes = row[1]
+    out: list[Any] = [row[0]]
+    at, end = 0, len(data)
+    while at < end:
+        colon = data.find(b":", at, at + 12)
+        if colon < 0 or not data[at:colon].isdigit():
+            return row
+        stop = colon + 1 + int(data[at:colon])
+        if stop > end:
+            return row
+        out.append(data[colon + 1 : stop])
+        at = stop
+    return out
 
 
 def state_from_hash(
@@ -204,12 +237,17 @@ class _Signals(Signals):
 
 
 class _Listener:
-    """One subscriber thread per backend, running only while somebody waits: finished
-    job ids arrive on ``<prefix>:done`` and wake the local waiters of that job; cancel
-    requests arrive on ``<prefix>:cancel`` and wake ``cancel_requests``."""
+    """One subscriber thread per channel of a backend, running only while somebody
+    waits on it: finished job ids arrive on ``<prefix>:done`` and wake the local waiters
+    of that job (``wait``); cancel requests arrive on ``<prefix>:cancel`` and wake
+    ``cancel_requests``. Two listeners, not one on both channels: a worker watching for
+    cancels would otherwise receive (and parse) every finished job's id, one message
+    per job, and Redis would write each one to it."""
 
-    def __init__(self, queue: RedisQueue) -> None:
+    def __init__(self, queue: RedisQueue, channel: str, on_message: Callable[[bytes], None]) -> None:
         self._queue = queue
+        self._channel = (queue.prefix + channel).encode()
+        self._on_message = on_message
         self._lock = threading.Lock()
         self._waiting = 0
         self._thread: threading.Thread | None = None
@@ -222,7 +260,8 @@ class _Listener:
             self._waiting += 1
             if self._thread is None and not self._stop.is_set():
                 self._ready.clear()
-                self._thread = threading.Thread(target=self._run, name="foundry-redis-listen", daemon=True)
+                name = f"foundry-redis-{self._channel.decode(errors='replace').rsplit(':', 1)[-1]}"
+                self._thread = threading.Thread(target=self._run, name=name, daemon=True)
                 self._thread.start()
         self._ready.wait(1.0)  # subscribed before the caller reads the job: no lost wake-up
         try:
@@ -233,8 +272,7 @@ class _Listener:
 
     def _run(self) -> None:
         q = self._queue
-        channel = (q.prefix + "done").encode()
-        cancels = (q.prefix + "cancel").encode()
+        channel = self._channel
         idle_since = time.monotonic()
         pause = 0.05
         pubsub = q.client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
@@ -248,7 +286,7 @@ class _Listener:
                         return
                 try:
                     if not pubsub.subscribed:
-                        pubsub.subscribe(channel, cancels)
+                        pubsub.subscribe(channel)
                     msg = pubsub.get_message(timeout=0.5)
                 except (redis.ConnectionError, redis.TimeoutError):
                     self._ready.clear()
@@ -266,10 +304,8 @@ class _Listener:
                     if msg["channel"] == channel:
                         self._ready.set()
                         q.signals.bump_all()
-                elif msg["type"] == "message" and msg["channel"] == cancels:
-                    q.signals.bump(CANCELS)
                 elif msg["type"] == "message":
-                    q.signals.bump(job_topic(_text(msg["data"])))
+                    self._on_message(msg["data"])
         finally:
             with contextlib.suppress(Exception):
                 pubsub.reset()
@@ -325,7 +361,8 @@ class RedisQueue(ShowsUrl):
         self._kicks = 0  # bumped by signals.bump_all(): blocked claimers return at once
         self._blocked_lock = threading.Lock()
         self.signals = _Signals(self._kick)
-        self._listener = _Listener(self)
+        self._done = _Listener(self, "done", lambda data: self.signals.bump(job_topic(_text(data))))
+        self._cancels = _Listener(self, "cancel", lambda _: self.signals.bump(CANCELS))
         try:
             self.call("connect", self.client.ping, within=min(self._reconnect, 3.0))
         except BaseException:
@@ -443,8 +480,7 @@ class RedisQueue(ShowsUrl):
 
     def enqueue(self, job: NewJob) -> Enqueued:
         check_new_job(job)
-        created, job_id = self._script("enqueue", self._enqueue_args(job, time.time()))
-        return Enqueued(_text(job_id), bool(created))
+        return _enqueued(job.id, self._script("enqueue", self._enqueue_args(job, time.time())))
 
     def enqueue_many(self, jobs: list[NewJob]) -> list[Enqueued]:
         for job in jobs:
@@ -460,7 +496,8 @@ class RedisQueue(ShowsUrl):
                 script(keys=[], args=[self.prefix, *self._enqueue_args(job, now)], client=pipe)
             return list(pipe.execute())
 
-        return [Enqueued(_text(i), bool(c)) for c, i in self.call("enqueue_many", run)]
+        replies = self.call("enqueue_many", run)
+        return [_enqueued(job.id, reply) for job, reply in zip(jobs, replies, strict=True)]
 
     # -- claim -----------------------------------------------------------------------
 
@@ -495,7 +532,7 @@ class RedisQueue(ShowsUrl):
         """The leased rows as jobs; one the scripts let through but Python cannot decode
         is dead-lettered (with its lease's token) instead of handed out."""
         out: list[Claimed] = []
-        for row in rows:
+        for row in map(_lease_row, rows):
             try:
                 out.append(claimed_from_reply(row, queue, token, until))
             except MalformedRecordError as exc:
@@ -536,7 +573,12 @@ class RedisQueue(ShowsUrl):
         args: list[Any] = [_num(time.time())]
         for job_id, token, result in items:
             args += [job_id, token, bytes(result)]
-        return [bool(x) for x in self._script("complete", args)]
+        done = self._script("complete", args)  # b"1"/b"0" per job, in order
+        if not isinstance(done, bytes) or len(done) != len(items):
+            raise MalformedRecordError(
+                items[0][0], "reply", repr(done)[:40], "is not a completion script's reply"
+            )
+        return [c == 49 for c in done]
 
     def fail(
         self,
@@ -586,7 +628,7 @@ class RedisQueue(ShowsUrl):
                 if status == b"running" and at not in (None, b"")
             ]
 
-        with self._listener.watching():
+        with self._cancels.watching():
             return watch_cancels(self.signals, look, timeout, lambda: self._closed)
 
     # -- reading -----------------------------------------------------------------------
@@ -623,7 +665,7 @@ class RedisQueue(ShowsUrl):
     def wait(self, job_id: str, timeout: float) -> JobState | None:
         deadline = time.monotonic() + max(0.0, timeout)
         topic = job_topic(job_id)
-        with self._listener.watching():
+        with self._done.watching():
             while True:
                 since = self.signals.gen(topic)
                 values = self.call("wait", self._direct, "HMGET", self._key("j", job_id), *_WAIT_FIELDS)
@@ -708,7 +750,8 @@ class RedisQueue(ShowsUrl):
         token = uuid.uuid4().hex
         until = now + lease
         rows, others = self._script("claim_ids", [queue, _num(now), worker, token, _num(until), *ids])
-        rows = sorted(rows, key=lambda r: -_int_or(r[10], 0))  # the script checked the priority
+        rows = [_lease_row(r) for r in rows]
+        rows = sorted(rows, key=lambda r: -_int_or(r[10] if len(r) > 10 else 0, 0))  # checked by the script
         rest = [
             (_text(i, "replace"), _text(s, "replace"), finite(_opt_raw(e), None), 0) for i, s, e in others
         ]
@@ -750,7 +793,8 @@ class RedisQueue(ShowsUrl):
         if self._closed:
             return
         self._closed = True
-        self._listener.close()
+        self._done.close()
+        self._cancels.close()
         Signals.bump_all(self.signals)
         with self._blocked_lock:
             conns, self._conns, self._free = self._conns, [], []
@@ -767,18 +811,25 @@ class RedisQueue(ShowsUrl):
 def _pack(command: Sequence[Any]) -> list[bytes | bytearray | memoryview]:
     """One command in the Redis protocol (RESP), args as bytes, str or int: the pieces to
     send in order. A large argument (a payload, a result) is sent as itself, not copied
-    into the command."""
+    into the command. (Every call of the engine goes through here: the common types are
+    tested first and each small argument is joined once, not formatted into a copy.)"""
     out: list[bytes | bytearray | memoryview] = []
-    parts = [b"*%d\r\n" % len(command)]
+    parts: list[Any] = [b"*%d\r\n" % len(command)]
     for arg in command:
-        data = arg if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
-        if len(data) >= _BIG_ARG:
-            parts.append(b"$%d\r\n" % len(data))
+        if type(arg) is str:
+            data: Any = arg.encode()
+        elif isinstance(arg, bytes | bytearray | memoryview):
+            data = arg
+        else:
+            data = str(arg).encode()
+        size = len(data)
+        if size >= _BIG_ARG:
+            parts.append(b"$%d\r\n" % size)
             out.append(b"".join(parts))
             out.append(data)
             parts = [b"\r\n"]
         else:
-            parts.append(b"$%d\r\n%b\r\n" % (len(data), bytes(data)))
+            parts += (b"$%d\r\n" % size, data, b"\r\n")
     out.append(b"".join(parts))
     return out
 

@@ -1,6 +1,6 @@
 --! include _prelude.lua
 -- ARGV: P, now, id, queue, unit, payload, codec, key, priority, eta, max_retries,
---       max_deliveries, timeout, result_ttl, trace  ->  {created 0/1, id}
+--       max_deliveries, timeout, result_ttl, trace  ->  1 (created), or {0, id of the job that exists}
 local now, id, q, key = ARGV[2], ARGV[3], ARGV[4], ARGV[8]
 if key ~= '' then
   local other = redis.call('GET', P .. 'k:' .. key)
@@ -23,4 +23,4 @@ else
 end
 wake(q)
 redis.call('SADD', P .. 'queues', q)
-return {1, id}
+return 1
