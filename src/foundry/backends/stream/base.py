@@ -322,6 +322,10 @@ class Capabilities:
     atomic_read: bool = True  # read enforces order between competing readers by itself
     dense_offsets: bool = True
     extras: tuple[str, ...] = field(default=())
+    # Events the runtime hands to one ``append``: one transaction / one script where the
+    # engine commits a batch at once; an engine that pipelines within a call (JetStream's
+    # publish_async) takes more, since each call ends by waiting for the last acks.
+    append_batch: int = 1000
 
 
 class StreamBackend(Protocol):
