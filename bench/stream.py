@@ -17,6 +17,9 @@ fastest plain use of each client as the raw side:
   For NATS also "publish1 hop": the same ``js.publish`` called synchronously from another
   thread (``run_coroutine_threadsafe(...).result()``), which is what a synchronous
   ``publish()`` over an asyncio client costs at least.
+* For SQLite also "consume loop": the bare page read plus what any consumer does — each
+  event decoded (``json.loads``) and handed to a no-op handler, the page's last offset
+  committed in its own transaction (``consume_loop``).
 * consume: raw ``fetch(batch=500)`` + ``ack`` per message / raw ``XREADGROUP COUNT 500`` +
   ``XACK`` / a range read of 1000-row pages — against a Foundry consumer group (a no-op
   handler, batches of 500, 1000 on SQLite; reads that keep order under redelivery,
@@ -60,12 +63,14 @@ SIZE = 100
 FETCH = 500  # events per read (NATS, Redis)
 PAGE = 1000  # rows per SQLite transaction and per page read
 # (row, the raw side's measurement, Foundry's): "publish1 hop" is the raw client called
-# synchronously from another thread than its event loop's, as Foundry's publish() is.
+# synchronously from another thread than its event loop's, as Foundry's publish() is;
+# "consume loop" (SQLite) the bare page read plus what any consumer does with each row.
 ROWS = (
     ("publish", "publish", "publish"),
     ("publish1", "publish1", "publish1"),
     ("publish1 hop", "publish1 hop", "publish1"),
     ("consume", "consume", "consume"),
+    ("consume loop", "consume loop", "consume"),
 )
 
 Rates = dict[str, float]  # events per second by op
@@ -184,11 +189,13 @@ def raw_sqlite(n: int, ones: int) -> Rates:
             "PRIMARY KEY (part, off)) WITHOUT ROWID"
         )
         data = payload()
+        encoded = [json.dumps(event(i), separators=(",", ":")).encode() for i in range(n)]  # 100 bytes
         t0 = time.perf_counter()
         for start in range(0, n, PAGE):
             conn.execute("BEGIN")
             conn.executemany(
-                "INSERT INTO log VALUES (0, ?, ?)", ((i, data) for i in range(start, min(n, start + PAGE)))
+                "INSERT INTO log VALUES (0, ?, ?)",
+                ((i, encoded[i]) for i in range(start, min(n, start + PAGE))),
             )
             conn.execute("COMMIT")
         published = rate(n, time.perf_counter() - t0)
@@ -207,8 +214,35 @@ def raw_sqlite(n: int, ones: int) -> Rates:
             last = rows[-1][0]
             got += len(rows)
         consumed = rate(n, time.perf_counter() - t0)
+        loop = consume_loop(conn, n)
         conn.close()
-        return {"publish": published, "publish1": one, "consume": consumed}
+        return {"publish": published, "publish1": one, "consume": consumed, "consume loop": loop}
+
+
+def consume_loop(conn: sqlite3.Connection, n: int) -> float:
+    """The consumer a user would write on that table: each 1000-row page decoded
+    (``json.loads``) and handed to a no-op handler one event at a time, then the page's
+    last offset committed in its own transaction."""
+    conn.execute("CREATE TABLE IF NOT EXISTS offsets (grp TEXT PRIMARY KEY, off INTEGER)")
+    conn.execute("INSERT OR REPLACE INTO offsets VALUES ('loop', -1)")
+
+    def handle(value: Any) -> None:
+        return None
+
+    got = 0
+    t0 = time.perf_counter()
+    while got < n:
+        (last,) = conn.execute("SELECT off FROM offsets WHERE grp='loop'").fetchone()
+        rows = conn.execute(
+            "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, PAGE)
+        ).fetchall()
+        for _, data in rows:
+            handle(json.loads(data))
+        conn.execute("BEGIN")
+        conn.execute("UPDATE offsets SET off=? WHERE grp='loop'", (rows[-1][0],))
+        conn.execute("COMMIT")
+        got += len(rows)
+    return rate(n, time.perf_counter() - t0)
 
 
 # -- Foundry ----------------------------------------------------------------------
