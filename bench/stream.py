@@ -17,9 +17,11 @@ fastest plain use of each client as the raw side:
   For NATS also "publish1 hop": the same ``js.publish`` called synchronously from another
   thread (``run_coroutine_threadsafe(...).result()``), which is what a synchronous
   ``publish()`` over an asyncio client costs at least.
-* For SQLite also "consume loop": the bare page read plus what any consumer does — each
-  event decoded (``json.loads``) and handed to a no-op handler, the page's last offset
-  committed in its own transaction (``consume_loop``).
+* For SQLite also "publish sql": only the SQL of Foundry's append on its own schema (the
+  event rows and the dedup rows, made beforehand, 1000 per transaction: ``foundry_sql``),
+  the floor for ``publish_many`` on this log; and "consume loop": the bare page read plus
+  what any consumer does — each event decoded (``json.loads``) and handed to a no-op
+  handler, the page's last offset committed in its own transaction (``consume_loop``).
 * consume: raw ``fetch(batch=500)`` + ``ack`` per message / raw ``XREADGROUP COUNT 500`` +
   ``XACK`` / a range read of 1000-row pages — against a Foundry consumer group (a no-op
   handler, batches of 500, 1000 on SQLite; reads that keep order under redelivery,
@@ -56,6 +58,7 @@ sys.path.insert(0, str(_HERE.parent / "src"))
 
 from foundry import Foundry  # noqa: E402 (after the sys.path fix above)
 from foundry.backends.stream import open_stream_backend  # noqa: E402
+from foundry.backends.stream.sqlite import _DDL  # noqa: E402 (the log's schema, for its SQL floor)
 
 NATS_URL = os.environ.get("FOUNDRY_TEST_NATS", "nats://127.0.0.1:4222")
 REDIS_URL = os.environ.get("FOUNDRY_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -64,11 +67,13 @@ FETCH = 500  # events per read (NATS, Redis)
 PAGE = 1000  # rows per SQLite transaction and per page read
 # (row, the raw side's measurement, Foundry's): "publish1 hop" is the raw client called
 # synchronously from another thread than its event loop's, as Foundry's publish() is;
-# "consume loop" (SQLite) the bare page read plus what any consumer does with each row.
+# "publish sql" (SQLite) only the SQL of Foundry's own append; "consume loop" (SQLite) the
+# bare page read plus what any consumer does with each row.
 ROWS = (
     ("publish", "publish", "publish"),
     ("publish1", "publish1", "publish1"),
     ("publish1 hop", "publish1 hop", "publish1"),
+    ("publish sql", "publish sql", "publish"),
     ("consume", "consume", "consume"),
     ("consume loop", "consume loop", "consume"),
 )
@@ -215,8 +220,38 @@ def raw_sqlite(n: int, ones: int) -> Rates:
             got += len(rows)
         consumed = rate(n, time.perf_counter() - t0)
         loop = consume_loop(conn, n)
+        schema = foundry_sql(conn, encoded)
         conn.close()
-        return {"publish": published, "publish1": one, "consume": consumed, "consume loop": loop}
+        return {
+            "publish": published,
+            "publish1": one,
+            "publish sql": schema,
+            "consume": consumed,
+            "consume loop": loop,
+        }
+
+
+def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
+    """Only the SQL of Foundry's append, rows made beforehand: per 1000-event transaction
+    the ``fs_events`` rows and the ``fs_dedup`` rows (publish dedup) of its own schema —
+    the floor for ``publish_many`` on this log, whatever the Python around it costs."""
+    conn.executescript(_DDL)
+    stream, n = "bench-raw", len(encoded)
+    events = [
+        (stream, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
+    ]
+    dedup = [(stream, f"e{i}", 0, i + 1, 1.0) for i in range(n)]
+    t0 = time.perf_counter()
+    for start in range(0, n, PAGE):
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            events[start : start + PAGE],
+        )
+        conn.executemany("INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE])
+        conn.execute("COMMIT")
+    return rate(n, time.perf_counter() - t0)
 
 
 def consume_loop(conn: sqlite3.Connection, n: int) -> float:

@@ -28,6 +28,7 @@ def test_stream_bench_smoke() -> None:
     ops = ("publish", "publish1", "consume")
     assert pairs == {(e, op) for e in ("sqlite", "redis", "nats") for op in ops} | {
         ("nats", "publish1 hop"),
+        ("sqlite", "publish sql"),
         ("sqlite", "consume loop"),
     }
     assert all(r["raw"] > 0 and r["foundry"] > 0 for r in report["results"])
