@@ -1,22 +1,36 @@
 """Event-stream throughput: Foundry against the raw clients on the same servers.
 
-    python bench/stream.py                      # 20 000 events of 100 bytes, best of 3
+    python bench/stream.py                      # 20 000 events of 100 bytes, 5 paired rounds
     python bench/stream.py --events 5000 --engines sqlite,redis
     python bench/stream.py --quick              # a few seconds (the test suite's smoke run)
 
-For each engine, one partition (one subject / one Redis stream), 100-byte events:
+For each engine, one partition (one subject / one Redis stream), 100-byte events, and the
+fastest plain use of each client as the raw side:
 
-* publish: raw nats-py ``publish_async`` (all in flight, then awaited) / raw redis-py
-  pipelined ``XADD`` in batches of 1000 / a raw batched SQLite insert — against
-  ``stream.publish_many`` (validation, JSON, ids with dedup, partitioning).
+* publish (batched): raw nats-py ``publish_async`` for every message, then one
+  ``publish_async_completed()`` / raw redis-py pipelined ``XADD`` in batches of 1000 / raw
+  sqlite3 ``executemany`` of 1000 rows per transaction (WAL, ``synchronous=NORMAL`` like
+  Foundry's log) — against ``stream.publish_many`` (validation, JSON, ids with dedup,
+  partitioning).
+* publish1 (one at a time, each acknowledged before the next; ``--events / 10`` of them):
+  raw ``await js.publish`` / ``XADD`` / one INSERT + COMMIT — against ``stream.publish``.
+  For NATS also "publish1 hop": the same ``js.publish`` called synchronously from another
+  thread (``run_coroutine_threadsafe(...).result()``), which is what a synchronous
+  ``publish()`` over an asyncio client costs at least.
+* For SQLite also "publish sql": only the SQL of Foundry's append on its own schema (the
+  event rows and the dedup rows, made beforehand, 1000 per transaction: ``foundry_sql``),
+  the floor for ``publish_many`` on this log; and "consume loop": the bare page read plus
+  what any consumer does — each event decoded (``json.loads``) and handed to a no-op
+  handler, the page's last offset committed in its own transaction (``consume_loop``).
 * consume: raw ``fetch(batch=500)`` + ``ack`` per message / raw ``XREADGROUP COUNT 500`` +
-  ``XACK`` — against a Foundry consumer group (a no-op handler, batches of 500; reads that
-  keep order under redelivery, commits, leases, metrics).
+  ``XACK`` / a range read of 1000-row pages — against a Foundry consumer group (a no-op
+  handler, batches of 500, 1000 on SQLite; reads that keep order under redelivery,
+  decoding, commits, leases, metrics).
 
-Prints events/second and the Foundry/raw ratio (the target is ≥ 0.5×) two ways: best ÷
-best over the rounds, and the median of the ratios paired within each round (with their
-range). On a shared machine whose speed drifts by tens of percent within seconds, the
-paired median is the one to read.
+Rounds alternate which side runs first. Prints events/second and the Foundry/raw ratio
+two ways: best ÷ best over the rounds, and the median of the ratios paired within each
+round (with their range). On a shared machine whose speed drifts by tens of percent
+within seconds, the paired median is the one to read.
 """
 
 from __future__ import annotations
@@ -44,11 +58,27 @@ sys.path.insert(0, str(_HERE.parent / "src"))
 
 from foundry import Foundry  # noqa: E402 (after the sys.path fix above)
 from foundry.backends.stream import open_stream_backend  # noqa: E402
+from foundry.backends.stream.sqlite import _DDL  # noqa: E402 (the log's schema, for its SQL floor)
 
 NATS_URL = os.environ.get("FOUNDRY_TEST_NATS", "nats://127.0.0.1:4222")
 REDIS_URL = os.environ.get("FOUNDRY_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SIZE = 100
-FETCH = 500
+FETCH = 500  # events per read (NATS, Redis)
+PAGE = 1000  # rows per SQLite transaction and per page read
+# (row, the raw side's measurement, Foundry's): "publish1 hop" is the raw client called
+# synchronously from another thread than its event loop's, as Foundry's publish() is;
+# "publish sql" (SQLite) only the SQL of Foundry's own append; "consume loop" (SQLite) the
+# bare page read plus what any consumer does with each row.
+ROWS = (
+    ("publish", "publish", "publish"),
+    ("publish1", "publish1", "publish1"),
+    ("publish1 hop", "publish1 hop", "publish1"),
+    ("publish sql", "publish sql", "publish"),
+    ("consume", "consume", "consume"),
+    ("consume loop", "consume loop", "consume"),
+)
+
+Rates = dict[str, float]  # events per second by op
 
 
 def payload() -> bytes:
@@ -70,22 +100,38 @@ def rate(n: int, seconds: float) -> float:
 # -- raw clients ------------------------------------------------------------------
 
 
-def raw_nats(n: int) -> tuple[float, float]:
+def raw_nats(n: int, ones: int) -> Rates:
     import nats
     from nats.js import api
 
-    async def main() -> tuple[float, float]:
+    async def main() -> Rates:
         nc = await nats.connect(NATS_URL)
         js = nc.jetstream()
         name = f"BENCH_RAW_{uuid.uuid4().hex[:8]}"
-        subject = f"bench.raw.{name}"
-        await js.add_stream(name=name, subjects=[subject], storage=api.StorageType.FILE)
+        subject, single = f"bench.raw.{name}", f"bench.raw1.{name}"
+        await js.add_stream(name=name, subjects=[subject, single], storage=api.StorageType.FILE)
         try:
             data = payload()
+            await js.publish_async(single, data)  # warm up: the client subscribes to its ack inbox
+            await js.publish_async_completed()
             t0 = time.perf_counter()
-            futures = [await js.publish_async(subject, data) for _ in range(n)]
-            await asyncio.gather(*futures)
+            for _ in range(n):  # the client bounds what is in flight (publish_async_max_pending)
+                await js.publish_async(subject, data)
+            await js.publish_async_completed()
             published = rate(n, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for _ in range(ones):
+                await js.publish(single, data)
+            one = rate(ones, time.perf_counter() - t0)
+            loop = asyncio.get_running_loop()
+
+            def from_a_thread() -> float:  # what any synchronous caller of the client pays
+                t0 = time.perf_counter()
+                for _ in range(ones):
+                    asyncio.run_coroutine_threadsafe(js.publish(single, data), loop).result()
+                return rate(ones, time.perf_counter() - t0)
+
+            hop = await asyncio.to_thread(from_a_thread)
             sub = await js.pull_subscribe(subject, durable="raw", stream=name)
             got = 0
             t0 = time.perf_counter()
@@ -96,7 +142,7 @@ def raw_nats(n: int) -> tuple[float, float]:
                 got += len(msgs)
             consumed = rate(n, time.perf_counter() - t0)
             await sub.unsubscribe()
-            return published, consumed
+            return {"publish": published, "publish1": one, "publish1 hop": hop, "consume": consumed}
         finally:
             await js.delete_stream(name)
             await nc.close()
@@ -104,7 +150,7 @@ def raw_nats(n: int) -> tuple[float, float]:
     return asyncio.run(main())
 
 
-def raw_redis(n: int) -> tuple[float, float]:
+def raw_redis(n: int, ones: int) -> Rates:
     import redis
 
     r = redis.Redis.from_url(REDIS_URL)
@@ -118,6 +164,10 @@ def raw_redis(n: int) -> tuple[float, float]:
                 pipe.xadd(key, {"d": data})
             pipe.execute()
         published = rate(n, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for _ in range(ones):
+            r.xadd(f"{key}:1", {"d": data})
+        one = rate(ones, time.perf_counter() - t0)
         r.xgroup_create(key, "raw", id="0")
         got = 0
         t0 = time.perf_counter()
@@ -128,55 +178,122 @@ def raw_redis(n: int) -> tuple[float, float]:
                 r.xack(key, "raw", *[entry_id for entry_id, _ in entries])
             got += len(entries)
         consumed = rate(n, time.perf_counter() - t0)
-        return published, consumed
+        return {"publish": published, "publish1": one, "consume": consumed}
     finally:
-        r.delete(key)
+        r.delete(key, f"{key}:1")
         r.close()
 
 
-def raw_sqlite(n: int) -> tuple[float, float]:
+def raw_sqlite(n: int, ones: int) -> Rates:
     with tempfile.TemporaryDirectory() as tmp:
         conn = sqlite3.connect(Path(tmp) / "raw.db", isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # Foundry's log's default
         conn.execute(
             "CREATE TABLE log (part INTEGER, off INTEGER, payload BLOB, "
             "PRIMARY KEY (part, off)) WITHOUT ROWID"
         )
         data = payload()
+        encoded = [json.dumps(event(i), separators=(",", ":")).encode() for i in range(n)]  # 100 bytes
         t0 = time.perf_counter()
-        for start in range(0, n, 1000):
+        for start in range(0, n, PAGE):
             conn.execute("BEGIN")
             conn.executemany(
-                "INSERT INTO log VALUES (0, ?, ?)", ((i, data) for i in range(start, min(n, start + 1000)))
+                "INSERT INTO log VALUES (0, ?, ?)",
+                ((i, encoded[i]) for i in range(start, min(n, start + PAGE))),
             )
             conn.execute("COMMIT")
         published = rate(n, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for i in range(1, ones + 1):
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO log VALUES (1, ?, ?)", (i, data))
+            conn.execute("COMMIT")
+        one = rate(ones, time.perf_counter() - t0)
         got, last = 0, -1
         t0 = time.perf_counter()
         while got < n:
             rows = conn.execute(
-                "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, FETCH)
+                "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, PAGE)
             ).fetchall()
             last = rows[-1][0]
             got += len(rows)
         consumed = rate(n, time.perf_counter() - t0)
+        loop = consume_loop(conn, n)
+        schema = foundry_sql(conn, encoded)
         conn.close()
-        return published, consumed
+        return {
+            "publish": published,
+            "publish1": one,
+            "publish sql": schema,
+            "consume": consumed,
+            "consume loop": loop,
+        }
+
+
+def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
+    """Only the SQL of Foundry's append, rows made beforehand: per 1000-event transaction
+    the ``fs_events`` rows and the ``fs_dedup`` rows (publish dedup) of its own schema —
+    the floor for ``publish_many`` on this log, whatever the Python around it costs."""
+    conn.executescript(_DDL)
+    stream, n = "bench-raw", len(encoded)
+    events = [
+        (stream, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
+    ]
+    dedup = [(stream, f"e{i}", 0, i + 1, 1.0) for i in range(n)]
+    t0 = time.perf_counter()
+    for start in range(0, n, PAGE):
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            events[start : start + PAGE],
+        )
+        conn.executemany("INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE])
+        conn.execute("COMMIT")
+    return rate(n, time.perf_counter() - t0)
+
+
+def consume_loop(conn: sqlite3.Connection, n: int) -> float:
+    """The consumer a user would write on that table: each 1000-row page decoded
+    (``json.loads``) and handed to a no-op handler one event at a time, then the page's
+    last offset committed in its own transaction."""
+    conn.execute("CREATE TABLE IF NOT EXISTS offsets (grp TEXT PRIMARY KEY, off INTEGER)")
+    conn.execute("INSERT OR REPLACE INTO offsets VALUES ('loop', -1)")
+
+    def handle(value: Any) -> None:
+        return None
+
+    got = 0
+    t0 = time.perf_counter()
+    while got < n:
+        (last,) = conn.execute("SELECT off FROM offsets WHERE grp='loop'").fetchone()
+        rows = conn.execute(
+            "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, PAGE)
+        ).fetchall()
+        for _, data in rows:
+            handle(json.loads(data))
+        conn.execute("BEGIN")
+        conn.execute("UPDATE offsets SET off=? WHERE grp='loop'", (rows[-1][0],))
+        conn.execute("COMMIT")
+        got += len(rows)
+    return rate(n, time.perf_counter() - t0)
 
 
 # -- Foundry ----------------------------------------------------------------------
 
 
-def foundry(url: str, n: int) -> tuple[float, float]:
+def foundry(url: str, n: int, ones: int) -> Rates:
+    batch = PAGE if url.startswith("sqlite") else FETCH
     with tempfile.TemporaryDirectory() as home:
         app = Foundry("bench", home=home, stream=url)
         name = f"bench-{uuid.uuid4().hex[:8]}"
         stream = app.stream(name, key="k", partitions=1)
+        single = app.stream(f"{name}-1", key="k", partitions=1)
         handled = [0]
         done = threading.Event()
 
-        @stream.consumer(group="bench", batch=FETCH, max_in_flight=FETCH)
+        @stream.consumer(group="bench", batch=batch, max_in_flight=batch)
         def handle(ev: Any) -> None:
             handled[0] += 1
             if handled[0] >= n:
@@ -185,30 +302,36 @@ def foundry(url: str, n: int) -> tuple[float, float]:
         events = [event(i) for i in range(n)]
         ids = [f"e{i}" for i in range(n)]
         try:
-            stream.runtime.backend  # connect and create the stream outside the timing  # noqa: B018
+            stream.runtime.backend  # noqa: B018 (connect and create the streams outside the timing)
+            single.publish({"k": "warm-up"}, id="warm-up")
             t0 = time.perf_counter()
             stream.publish_many(events, ids=ids)
             published = rate(n, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for i in range(ones):
+                single.publish(events[i], id=ids[i])
+            one = rate(ones, time.perf_counter() - t0)
             t0 = time.perf_counter()
             consumers = stream.run()
             if not done.wait(max(60.0, n / 2000)):
                 raise RuntimeError(f"{url}: only {handled[0]} of {n} events consumed")
             consumed = rate(n, time.perf_counter() - t0)
             consumers.stop()
-            return published, consumed
+            return {"publish": published, "publish1": one, "consume": consumed}
         finally:
             app.close()
             backend = open_stream_backend(url)
             try:
-                backend.delete_stream(name)
+                for gone in (name, f"{name}-1"):
+                    backend.delete_stream(gone)
             finally:
                 backend.close()
 
 
-ENGINES: dict[str, tuple[str, Callable[[int], tuple[float, float]], str]] = {
+ENGINES: dict[str, tuple[str, Callable[[int, int], Rates], str]] = {
     "nats": (NATS_URL, raw_nats, "nats-py JetStream"),
     "redis": (REDIS_URL, raw_redis, "redis-py Streams"),
-    "sqlite": ("", raw_sqlite, "sqlite3 batched insert / range read"),
+    "sqlite": ("", raw_sqlite, "sqlite3 1000-row transactions / pages"),
 }
 
 
@@ -218,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=3,
+        default=5,
         help="rounds, alternating which side runs first",
     )
     parser.add_argument("--engines", default="nats,redis,sqlite")
@@ -226,38 +349,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     n = 1000 if args.quick else args.events
+    ones = max(1, n // 10)
     repeat = 1 if args.quick else max(1, args.repeat)
     load_before = os.getloadavg()[0]
     results = []
     for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
         url, raw, peer = ENGINES[engine]
-        runs: dict[str, list[float]] = {
-            "raw publish": [],
-            "raw consume": [],
-            "foundry publish": [],
-            "foundry consume": [],
-        }
+        runs: dict[str, list[Rates]] = {"raw": [], "foundry": []}
         for k in range(repeat):  # alternate, so load from other processes hits both sides alike
             with tempfile.TemporaryDirectory() as tmp:
+                target = url or f"sqlite:///{tmp}/stream.db"
                 if k % 2 == 0:
-                    raw_pub, raw_con = raw(n)
-                    f_pub, f_con = foundry(url or f"sqlite:///{tmp}/stream.db", n)
+                    runs["raw"].append(raw(n, ones))
+                    runs["foundry"].append(foundry(target, n, ones))
                 else:
-                    f_pub, f_con = foundry(url or f"sqlite:///{tmp}/stream.db", n)
-                    raw_pub, raw_con = raw(n)
-            for name, value in zip(runs, (raw_pub, raw_con, f_pub, f_con), strict=True):
-                runs[name].append(value)
-        for op in ("publish", "consume"):
-            r, f = max(runs[f"raw {op}"]), max(runs[f"foundry {op}"])
-            paired = [a / b for a, b in zip(runs[f"foundry {op}"], runs[f"raw {op}"], strict=True)]
+                    runs["foundry"].append(foundry(target, n, ones))
+                    runs["raw"].append(raw(n, ones))
+        for op, raw_op, our_op in ROWS:
+            if raw_op not in runs["raw"][0]:
+                continue
+            raws = [r[raw_op] for r in runs["raw"]]
+            ours = [f[our_op] for f in runs["foundry"]]
+            paired = [a / b for a, b in zip(ours, raws, strict=True)]
             results.append(
                 {
                     "engine": engine,
                     "op": op,
+                    "events": ones if op.startswith("publish1") else n,
                     "peer": peer,
-                    "raw": r,
-                    "foundry": f,
-                    "ratio": f / r,
+                    "raw": max(raws),
+                    "foundry": max(ours),
+                    "ratio": max(ours) / max(raws),
                     "paired": statistics.median(paired),
                     "paired_range": [min(paired), max(paired)],
                 }
@@ -266,13 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"events": n, "repeat": repeat, "load": load, "results": results}, indent=2))
         return 0
-    print(f"{n} events of {SIZE} bytes, one partition, best of {repeat}; events per second ({load})\n")
-    head = f"{'engine':<8} {'op':<8} {'raw client':<38} {'raw/s':>10} {'foundry/s':>10} {'ratio':>7}"
+    print(
+        f"{n} events of {SIZE} bytes ({ones} for publish1, one at a time), one partition, "
+        f"{repeat} rounds; events per second, best of the rounds ({load})\n"
+    )
+    head = f"{'engine':<8} {'op':<12} {'raw client':<38} {'raw/s':>10} {'foundry/s':>10} {'ratio':>7}"
     print(f"{head}  paired median (range)")
     for row in results:
         lo, hi = row["paired_range"]
         print(
-            f"{row['engine']:<8} {row['op']:<8} {row['peer']:<38} {row['raw']:>10,.0f} "
+            f"{row['engine']:<8} {row['op']:<12} {row['peer']:<38} {row['raw']:>10,.0f} "
             f"{row['foundry']:>10,.0f} {row['ratio']:>6.2f}x  {row['paired']:.2f}x ({lo:.2f}–{hi:.2f})"
         )
     return 0

@@ -22,12 +22,12 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from json.encoder import encode_basestring_ascii
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from foundry.errors import PayloadTooLargeError
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "RESULT_FIX", "dumps", "loads", "too_large"]
+__all__ = ["DEFAULT_MAX_PAYLOAD", "RESULT_FIX", "dumps", "dumps_text", "loads", "too_large"]
 
 DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: a durable model carries references to data, not the data
 RESULT_FIX = (
@@ -42,6 +42,15 @@ _SEPARATORS = (",", ":")
 # json.dumps(v, separators=..., allow_nan=False) builds this encoder on every call (a third of
 # the time of a small document); one made once encodes exactly the same, and is thread-safe
 _ENCODER = json.JSONEncoder(separators=_SEPARATORS, allow_nan=False)
+# ...and its encode() still builds the C encoder per call (half the time of a small event):
+# this one is built once. No circular check (a marker dict would be shared between threads):
+# a cycle recurses to RecursionError, and dumps_text then lets _ENCODER say what is wrong.
+_C_ENCODE = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _ENCODER.default, encode_basestring_ascii, None, ":", ",", False, False, False)
+)
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner json.loads ends in
 _NOT_PLAIN = bytes(range(0x20)) + b'"\\'  # a string with any of these needs the JSON scanner
 _WS = b" \t\n\r"
 
@@ -62,12 +71,23 @@ def too_large(
 # -- encoding -----------------------------------------------------------------------------------
 
 
+def dumps_text(value: Any) -> str:
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False)``: the same text, or
+    the same error."""
+    if _C_ENCODE is not None:
+        try:
+            return "".join(_C_ENCODE(value, 0))
+        except (TypeError, ValueError, RecursionError):
+            pass  # the standard encoder raises its own error for it (a cycle: ValueError)
+    return _ENCODER.encode(value)
+
+
 def dumps(value: Any) -> bytes:
     """``json.dumps(value, separators=(",", ":"), allow_nan=False).encode()``, with large
     strings (the value itself, or up to two levels into small lists and dicts) copied in
     chunks into the output instead of as a whole."""
     if not _has_big(value, 0):
-        return _ENCODER.encode(value).encode()
+        return dumps_text(value).encode()
     out = io.BytesIO()
     _write(out, value, 0)
     return out.getvalue()  # the buffer itself, not a copy (CPython's BytesIO)
@@ -132,7 +152,7 @@ def loads(data: bytes | bytearray) -> Any:
     """``json.loads(data)``, with each large plain string value (no escapes) decoded
     straight from ``data`` instead of from a ``str`` copy of the whole document."""
     if len(data) < BIG or not isinstance(data, bytes | bytearray):
-        return json.loads(data)
+        return _loads_small(data)
     head = bytes(data[:4])
     if head.startswith(b"\xef\xbb\xbf") or json.detect_encoding(head) != "utf-8":
         return json.loads(data)
@@ -151,6 +171,23 @@ def loads(data: bytes | bytearray) -> Any:
     skeleton = json.loads(b"".join(pieces))
     strings = [str(view[start:end], "utf-8", "surrogatepass") for start, end in spans]
     return _fill(skeleton, marker, strings)
+
+
+def _loads_small(data: Any) -> Any:
+    """``json.loads(data)``: for bytes json.loads reads as UTF-8 (an ASCII first byte, no
+    NUL in the first two: not a BOM, not UTF-16/32), the C scanner straight on their text,
+    without json.loads' encoding sniffing and Python-level wrappers; the standard call for
+    anything else, and for every error (trailing whitespace included), so each is its own."""
+    if type(data) is bytes and len(data) >= 2 and 0 < data[0] < 0x80 and data[1]:
+        try:
+            text = data.decode("utf-8", "surrogatepass")  # what json.loads decodes these with
+            value, end = _SCAN(text, 0)
+        except (ValueError, StopIteration, RecursionError):
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(data)
 
 
 def _big_strings(data: bytes | bytearray) -> list[tuple[int, int]]:

@@ -25,5 +25,10 @@ def test_stream_bench_smoke() -> None:
     report = json.loads(out.stdout)
     assert report["events"] == 1000
     pairs = {(r["engine"], r["op"]) for r in report["results"]}
-    assert pairs == {(e, op) for e in ("sqlite", "redis", "nats") for op in ("publish", "consume")}
+    ops = ("publish", "publish1", "consume")
+    assert pairs == {(e, op) for e in ("sqlite", "redis", "nats") for op in ops} | {
+        ("nats", "publish1 hop"),
+        ("sqlite", "publish sql"),
+        ("sqlite", "consume loop"),
+    }
     assert all(r["raw"] > 0 and r["foundry"] > 0 for r in report["results"])

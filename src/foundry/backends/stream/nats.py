@@ -187,6 +187,38 @@ def decode_message(
     )
 
 
+def _headers(event: NewEvent) -> dict[str, str]:
+    """An event's message headers: its id (JetStream's dedup), key and trace context."""
+    headers = {"Nats-Msg-Id": event.id}
+    if event.key is not None:
+        headers["Foundry-Key"] = event.key
+    if event.trace is not None:  # W3C Trace Context's own header names
+        headers["traceparent"], state = unpack(event.trace)
+        if state is not None:
+            headers["tracestate"] = state
+    return headers
+
+
+async def _acks(futures: Sequence[asyncio.Future[T]]) -> list[T]:
+    """The results of ``futures``, in order, or the first one's error. Cheaper than
+    ``gather`` (no callback per future: acks mostly arrive in order, so the wait is on the
+    first that is not done yet); every error is retrieved, so none is logged as lost."""
+    try:
+        for future in futures:
+            if not future.done():
+                await future
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.add_done_callback(_retrieve)
+        raise
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def _b64encode(payload: bytes) -> str:
     return base64.b64encode(payload).decode()
 
@@ -215,7 +247,11 @@ class _Part:
 class NatsStreamBackend(ShowsUrl, CheckedRead):
     """NATS JetStream (see the module docstring)."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=False, dense_offsets=True)
+    # A call pipelines all its messages and waits once for their acks at the end: the larger
+    # the call, the fewer of those pauses (20 per 20,000 events cost a third of the rate).
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        atomic_read=False, dense_offsets=True, append_batch=10_000
+    )
 
     def __init__(self, url: str, *, request_timeout: float = 5.0) -> None:
         self._url = url  # to connect with; messages and reprs show ``shown``
@@ -498,24 +534,23 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
 
         async def run() -> list[Appended]:
             config = await self._config_async(stream)
-            futures = []
-            parts = []
-            for event in events:
-                p = partition_for(event.key, event.id, config.partitions)
-                headers = {"Nats-Msg-Id": event.id}
-                if event.key is not None:
-                    headers["Foundry-Key"] = event.key
-                if event.trace is not None:  # W3C Trace Context's own header names
-                    headers["traceparent"], state = unpack(event.trace)
-                    if state is not None:
-                        headers["tracestate"] = state
-                parts.append(p)
-                # No wait_stall: a timed wait per message costs a task each (7x slower); the
-                # whole batch is bounded by the wait_for below instead.
-                futures.append(
-                    await self._js.publish_async(self._subject(stream, p), event.payload, headers=headers)
+            count = config.partitions
+            subjects = [self._subject(stream, p) for p in range(count)]
+            parts = [partition_for(e.key, e.id, count) for e in events]
+            if len(events) == 1:  # the client's request/reply: fewer loop hops than an async ack
+                one = await self._js.publish(
+                    subjects[parts[0]], events[0].payload, headers=_headers(events[0])
                 )
-            acks = await asyncio.wait_for(asyncio.gather(*futures), self._timeout + len(events) / 10_000)
+                return [Appended(parts[0], int(one.seq), bool(one.duplicate))]
+            publish = self._js.publish_async
+            # No wait_stall: a timed wait per message costs a task each (7x slower); the
+            # whole batch is bounded by the timeout below instead.
+            futures = [
+                await publish(subjects[p], e.payload, headers=_headers(e))
+                for e, p in zip(events, parts, strict=True)
+            ]
+            async with asyncio.timeout(self._timeout + len(events) / 10_000):
+                acks = await _acks(futures)
             return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]
 
         return self._call(run, "append", timeout=len(events) / 10_000)

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
 from foundry.backends._doorbell import Wakeups
@@ -193,16 +193,16 @@ def decode_row(stream: str, partition: int, row: Sequence[Any], deliveries: int)
     if len(row) != 5:
         raise MalformedEntryError(f"the row has {len(row)} columns, not 5")
     off, ident, key, ts, payload = row
-    if type(off) is not int:
-        raise MalformedEntryError(f"its offset is {_kind(off)} {off!r}, not an INTEGER")
-    if type(payload) is not bytes:
-        raise MalformedEntryError(f"its payload is {_kind(payload)}, not a BLOB")
-    if type(ident) is not Text:
-        raise MalformedEntryError(f"its id is {_kind(ident)}, not TEXT")
-    if key is not None and type(key) is not Text:
-        raise MalformedEntryError(f"its key is {_kind(key)}, not TEXT or NULL")
-    if type(ts) not in (int, float) or not math.isfinite(ts):
-        raise MalformedEntryError(f"its timestamp is {_kind(ts)} {ts!r}, not a finite REAL")
+    kind = type(ts)
+    if not (  # what Foundry writes passes this one test (it runs once per event read)
+        type(off) is int
+        and type(payload) is bytes
+        and type(ident) is Text
+        and (key is None or type(key) is Text)
+        and (kind is float or kind is int)
+        and math.isfinite(ts)
+    ):
+        _refuse(off, ident, key, ts, payload)
     try:
         text_id = ident.decode()
         text_key = None if key is None else key.decode()
@@ -215,9 +215,22 @@ def decode_row(stream: str, partition: int, row: Sequence[Any], deliveries: int)
         text_id or derived_id(stream, partition, off),
         text_key,
         payload,
-        float(ts),
+        ts if kind is float else float(ts),
         deliveries,
     )
+
+
+def _refuse(off: Any, ident: Any, key: Any, ts: Any, payload: Any) -> NoReturn:
+    """Raise :class:`MalformedEntryError` naming the first column Foundry did not write."""
+    if type(off) is not int:
+        raise MalformedEntryError(f"its offset is {_kind(off)} {off!r}, not an INTEGER")
+    if type(payload) is not bytes:
+        raise MalformedEntryError(f"its payload is {_kind(payload)}, not a BLOB")
+    if type(ident) is not Text:
+        raise MalformedEntryError(f"its id is {_kind(ident)}, not TEXT")
+    if key is not None and type(key) is not Text:
+        raise MalformedEntryError(f"its key is {_kind(key)}, not TEXT or NULL")
+    raise MalformedEntryError(f"its timestamp is {_kind(ts)} {ts!r}, not a finite REAL")
 
 
 def _salvage(
@@ -417,48 +430,50 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
             return []
         config = self._config(stream)
         now = time.time()
+        count, dedup = config.partitions, config.dedup_window > 0
         with self._tx("append") as conn:
             parts = self._parts(conn, stream)
             known: dict[str, tuple[int, int]] = {}
-            if config.dedup_window > 0:
+            if dedup:
                 known = self._known_ids(conn, stream, [e.id for e in events], now - config.dedup_window)
             results: list[Appended] = []
             rows: list[tuple[Any, ...]] = []
+            # Per partition: [last offset, cumulative bytes, the timestamp of this batch]
+            # (never below the partition's last one, so time seeks can bisect offsets).
             touched: dict[int, list[Any]] = {}
-            for event in events:
-                seen = known.get(event.id)
+            for event in events:  # (once per event: keep it lean)
+                ident = event.id
+                seen = known.get(ident)
                 if seen is not None:
                     results.append(Appended(seen[0], seen[1], duplicate=True))
                     continue
-                p = partition_for(event.key, event.id, config.partitions)
+                p = 0 if count == 1 else partition_for(event.key, ident, count)
                 state = touched.get(p)
                 if state is None:
-                    state = touched[p] = list(parts[p])
-                state[1] += 1
-                state[2] += len(event.payload)
-                state[3] = max(state[3], now)
-                rows.append(
-                    (stream, p, state[1], event.id, event.key, state[3], state[2], event.payload, event.trace)
-                )
-                known[event.id] = (p, state[1])
-                results.append(Appended(p, state[1]))
+                    _, last, cum, last_ts = parts[p]
+                    state = touched[p] = [last, cum, max(last_ts, now)]
+                state[0] = offset = state[0] + 1
+                state[1] = cum = state[1] + len(event.payload)
+                rows.append((stream, p, offset, ident, event.key, state[2], cum, event.payload, event.trace))
+                known[ident] = (p, offset)
+                results.append(Appended(p, offset))
             conn.executemany(
                 "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 rows,
             )
-            if config.dedup_window > 0:
+            if dedup:
                 conn.executemany(
                     "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)",
                     [(stream, r[3], r[1], r[2], r[5]) for r in rows],
                 )
-            for p, (first, last, cum, last_ts) in touched.items():
+            for p, (last, cum, last_ts) in touched.items():
                 conn.execute(
                     "UPDATE fs_parts SET last=?, cum=?, last_ts=? WHERE stream=? AND part=?",
                     (last, cum, last_ts, stream, p),
                 )
                 if config.max_events is not None or config.max_bytes is not None:
-                    self._trim_size(conn, config, p, first, last, cum)
+                    self._trim_size(conn, config, p, parts[p][0], last, cum)
             self._maybe_trim_age(conn, config, now)
         self._wake.ring()
         return results

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import json
 import threading
 import time
 import uuid
@@ -41,6 +40,7 @@ from foundry.observe.metrics import Registry
 from foundry.observe.stall import UnitLike
 from foundry.observe.tracing import OFF, Tracing, messaging_system
 from foundry.outage import ride_outage
+from foundry.payload import dumps_text
 from foundry.serialize import Codec, get_codec
 
 __all__ = ["StreamRuntime"]
@@ -48,9 +48,7 @@ __all__ = ["StreamRuntime"]
 
 T = TypeVar("T")
 
-_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # json.dumps(**kw) builds one per call
 MAX_PAYLOAD = 1024 * 1024  # bytes per event (NATS's default max_payload)
-PUBLISH_CHUNK = 1000  # events per backend call
 
 
 class StreamRuntime:
@@ -76,6 +74,7 @@ class StreamRuntime:
         self.metrics = metrics or Registry()
         self.key_field = key_field
         self.codec: Codec = get_codec(codec)
+        self._json = self.codec.name == "json"
         self._backend = backend
         self._own_backend = backend is None
         self._ready = False
@@ -130,6 +129,8 @@ class StreamRuntime:
     # -- publishing ------------------------------------------------------------
 
     def _encode(self, event: Any, id: str | None, key: Any, trace: str | None = None) -> NewEvent:
+        # Runs once per published event: concrete-type checks first (an ABC isinstance
+        # costs as much as the rest), the JSON encoder made once (dumps_text).
         if id is None:
             id = uuid.uuid4().hex
         elif not isinstance(id, str) or not id or len(id) > 200:
@@ -138,23 +139,25 @@ class StreamRuntime:
                 "of at most 200 characters (the same id on a retry makes the publish idempotent)"
             )
         if key is None and self.key_field is not None:
-            if not isinstance(event, Mapping) or self.key_field not in event:
+            if not (type(event) is dict or isinstance(event, Mapping)) or self.key_field not in event:
                 raise SubmitError(
                     f"stream {self.name!r}: the event has no field {self.key_field!r}, which orders it "
                     f"(key={self.key_field!r}). Fix: include {self.key_field!r} in the event, or pass key=..."
                 )
             key = event[self.key_field]
-        if key is not None:
+        if key is not None and type(key) is not str:
             if isinstance(key, bool) or not isinstance(key, str | int):
                 raise SubmitError(
                     f"stream {self.name!r}: key {key!r} is not a string or an integer. "
                     "Fix: key events by an id (a session id, an account number)"
                 )
             key = str(key)
-        try:
-            payload = _JSON.encode(event).encode() if self.codec.name == "json" else b""
-        except (TypeError, ValueError):
-            payload = b""
+        payload = b""
+        if self._json:
+            try:
+                payload = dumps_text(event).encode()
+            except (TypeError, ValueError, RecursionError):
+                pass
         if not payload:  # pickle, or not JSON: the codec encodes or names the problem
             payload = self.codec.encode(event, unit=self.name, what="the event")
         if len(payload) > MAX_PAYLOAD:
@@ -220,8 +223,9 @@ class StreamRuntime:
         ]
         backend = self.backend
         out: list[Published] = []
-        for start in range(0, len(encoded), PUBLISH_CHUNK):
-            chunk = encoded[start : start + PUBLISH_CHUNK]
+        size = backend.capabilities.append_batch  # one transaction / script / pipelined burst
+        for start in range(0, len(encoded), size):
+            chunk = encoded[start : start + size]
             # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
             appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
             out.extend(
