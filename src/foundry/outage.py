@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from foundry.errors import BackendUnavailableError
@@ -56,7 +56,7 @@ def ride_outage(
         raise ValueError(f"ride_outage: tries={tries} is below 1. Fix: give tries=1 or more, or None")
     pause = sleep if sleep is not None else (stop.wait if stop is not None else time.sleep)
     deadline = None if within is None else time.monotonic() + within
-    pauses = policy.pauses()
+    pauses: Iterator[float] | None = None  # made at the first outage (most calls meet none)
     done = 0
     while True:
         try:
@@ -67,6 +67,8 @@ def ride_outage(
                 raise
             if tries is not None and done >= tries:
                 raise
+            if pauses is None:
+                pauses = policy.pauses()
             wait = next(pauses)
             if deadline is not None and time.monotonic() + wait > deadline:
                 raise

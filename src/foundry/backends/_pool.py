@@ -42,6 +42,7 @@ class Pool(Generic[C]):
         self._idle: list[C] = []
         self._open = 0
         self._closed = False
+        self._waiting = 0  # callers inside acquire's wait (a release wakes one only then)
         self._cond = threading.Condition()
 
     @contextmanager
@@ -58,9 +59,16 @@ class Pool(Generic[C]):
     def acquire(self) -> C:
         """A connection for this thread's exclusive use until :meth:`release`."""
         with self._cond:
-            if not self._cond.wait_for(
-                lambda: self._closed or self._idle or self._open < self._size, self._timeout
-            ):
+            if self._idle and not self._closed:  # the common case: an idle one, no waiting
+                return self._idle.pop()
+            self._waiting += 1
+            try:
+                ready = self._cond.wait_for(
+                    lambda: self._closed or self._idle or self._open < self._size, self._timeout
+                )
+            finally:
+                self._waiting -= 1
+            if not ready:
                 raise BackendError(
                     f"{self._what}: all {self._size} connections stayed busy for {self._timeout}s. "
                     "Fix: raise the pool size (?pool=N in the journal URL) or shorten transactional steps"
@@ -85,7 +93,8 @@ class Pool(Generic[C]):
         with self._cond:
             if not broken and not self._closed:
                 self._idle.append(conn)
-                self._cond.notify()
+                if self._waiting:
+                    self._cond.notify()
                 return
             stale: list[C] = []
             if broken:

@@ -336,6 +336,21 @@ class SqlJournal(SqlEngine):
         """A pooled connection in autocommit: one statement, or several reads."""
         return Session(self, transaction=False)
 
+    def _write(self, sql: str, params: Sequence[Any]) -> int:
+        """One autocommit write that wakes nobody, on a pooled connection: its row count.
+        What :meth:`_auto` does for it, without the session (a step's record takes this
+        path, once per step)."""
+        pool = self._pool
+        conn = pool.acquire()
+        try:
+            n = conn.execute(self._sql(sql), params).rowcount
+        except Exception as exc:
+            pool.release(conn, check=True)
+            self._raise_mapped(exc)
+            raise
+        pool.release(conn, check=False)
+        return int(n)
+
     def _create_schema(self) -> None:
         """Create the tables and indexes if they are missing (idempotent, one transaction)."""
         text = DDL.format(wf=self.wf, en=self.entries, sg=self.sigs, **self.types)

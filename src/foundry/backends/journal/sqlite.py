@@ -123,9 +123,7 @@ class SqliteJournal(SqlJournal):
             conn.text_factory = _TEXT
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
-        with self._auto() as c:
-            written = c.run(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token))
-        if written:
+        if self._write(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token)):
             return Recorded(entry, written=True, cancel_requested=False)
         return super().record(workflow_id, token, entry)
 

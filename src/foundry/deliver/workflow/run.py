@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 __all__ = ["MISSING", "Run"]
 
 MISSING: Any = object()
+# Values that come back from their encoding (JSON or pickle) as an equal value of the same
+# type: a step that just recorded one returns it as it is, as its replay would.
+_SCALARS = frozenset({int, float, str, bool, type(None)})
 _UNDO_BACKOFF_CAP = 60.0
 
 
@@ -242,6 +245,10 @@ class Run:
                 "written by another program or damaged in the store. Fix: cancel this run and start a "
                 "new one"
             ) from None
+        return self.rebuilt(entry, value, types)
+
+    def rebuilt(self, entry: Entry, value: Any, types: Payloads | None) -> Any:
+        """The decoded ``value`` of ``entry`` rebuilt by ``types`` (see :meth:`replay`)."""
         if types is None:
             return value
         return types.load_result(
@@ -392,6 +399,7 @@ class Run:
         self.live()
         rt, clock, name = self.rt, self.rt.clock, call.name
         what = f"step {name!r} ({self.where(pos)})"
+        types = self.step_types(call)
         attempts = entry.attempts if entry is not None else 0
         started = entry.started_at if entry is not None else clock.time()
         if entry is not None:
@@ -439,7 +447,8 @@ class Run:
                     watch = self.watch(call) if is_async_fn(call.fn) else None
                     span = None if self.tracer is None else self.step_span(pos, call, attempts)
                     value = yield Invoke(call, None if until == FOREVER else until, what, watch, span)
-                    data = self.encode(value, f"the result of {what}", self.step_types(call))
+                    value = types.dump_result(value, what=f"the result of {what}")
+                    data = self.encode(value, f"the result of {what}")
                 except _Expired:
                     if self.expired() and (step_until is None or self.deadline <= step_until):  # type: ignore[operator]
                         if branch:
@@ -473,7 +482,9 @@ class Run:
                         )
                     )
                     rt.count_step(self.claim.name, "completed")
-                    return self.replay(stored, None, self.step_types(call))
+                    if stored.result is data and type(value) in _SCALARS:
+                        return self.rebuilt(stored, value, types)  # what a replay decodes from data
+                    return self.replay(stored, None, types)
             error: Exception = failure
             failure = None
             if (
