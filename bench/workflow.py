@@ -4,6 +4,7 @@ ceiling of one committed insert per step; and the cost per step as workflows gro
     python bench/workflow.py                 # full run, 3 paired rounds (several minutes)
     python bench/workflow.py --quick         # seconds, SQLite only (the test smoke run)
     python bench/workflow.py --rounds 5 --only foundry-postgres dbos-postgres --skip-growth
+    python bench/workflow.py --plain-only    # the step vs a plain INSERT + COMMIT (a minute)
 
 Scenarios, each run to completion by one caller thread, ``--n`` workflows per contender:
 
@@ -17,6 +18,16 @@ every contender once, in the listed order on even rounds and the reverse on odd 
 a drift of the shared machine lands on both sides; the ratios are *paired* — Foundry's
 rate over DBOS's on the same store in the same round — and the table shows their median
 and, in brackets, their range over the rounds.
+
+**vs plain** — the step itself against the code a user would otherwise write: one
+workflow of ``--plain-steps`` (1,000) no-op steps against as many plain ``INSERT`` +
+``COMMIT`` statements, one per step (SQLite: a file in WAL mode with
+``synchronous=FULL``, the journal's own settings; PostgreSQL: psycopg in autocommit on the
+same server). Both run in one process, ``--plain-rounds`` (15) paired rounds in
+alternating order, so both sides see the same moment of the shared disk; the ratio is
+Foundry's steps/s over the plain statements/s, median and range over the
+rounds. Beside it, the CPU time of each side per step (the calling
+thread's), which the disk's noise does not move.
 
 **growth** (Foundry only): the same total number of steps as workflows of 10, 100 and
 1,000 steps, and the replay of each recorded history (the path a resumed run takes). The
@@ -199,8 +210,91 @@ def ceiling(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
             pg.execute(f"DROP TABLE {table}")
 
 
+def plain_pair(url: str, steps: int, rounds: int) -> dict[str, Any]:
+    """Paired rounds in this process: one Foundry workflow of ``steps`` no-op steps, and
+    ``steps`` plain INSERT + COMMIT statements; each side's wall and thread CPU seconds."""
+    from foundry import Foundry
+    from foundry.deliver.workflow import WorkflowContext, configure
+
+    app = Foundry("bench")
+    rt = configure(app, journal=url)
+
+    def noop(i: int) -> int:
+        return i
+
+    @app.workflow()
+    def sequence(wf: WorkflowContext, count: int) -> int:
+        for i in range(count):
+            wf.step(noop, i)
+        return count
+
+    insert, close = _plain_inserts(url)
+
+    def foundry_side() -> None:
+        sequence.run(steps)
+
+    def plain_side() -> None:
+        for _ in range(steps):
+            insert()
+
+    sides = {"foundry": foundry_side, "plain": plain_side}
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    try:
+        sequence.run(50)  # warm: the schema, the statement caches, the pool
+        for _ in range(50):
+            insert()
+        for r in range(rounds):
+            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                sides[name]()
+                out[name].append((time.perf_counter() - wall, time.thread_time() - cpu))
+    finally:
+        close()
+        app.close()
+        rt.close()
+    return {"pairs": out}
+
+
+def _plain_inserts(url: str) -> tuple[Any, Any]:
+    """(one plain INSERT + COMMIT, close) on the journal's store: for SQLite a file of its
+    own next to the journal, in WAL mode with ``synchronous=FULL`` (the journal's defaults);
+    for PostgreSQL psycopg in autocommit on the same server."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        path = url[len("sqlite:///") :].split("?", 1)[0] + "-plain.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE steps (id INTEGER PRIMARY KEY, v BLOB)")
+        return (lambda: conn.execute("INSERT INTO steps (v) VALUES (?)", (b"1",))), conn.close
+    import psycopg
+
+    pg = psycopg.connect(PG, autocommit=True)
+    table = f"bench_plain_{uuid.uuid4().hex[:8]}"
+    pg.execute(f"CREATE TABLE {table} (id BIGSERIAL PRIMARY KEY, v BYTEA)")
+    sql = f"INSERT INTO {table} (v) VALUES (%s)"
+
+    def close() -> None:
+        pg.execute(f"DROP TABLE {table}")
+        pg.close()
+
+    return (lambda: pg.execute(sql, (b"1",))), close
+
+
 def child(name: str, scenario: str, n: int, steps: int, workdir: Path) -> dict[str, Any]:
     kind, _, store = name.partition("-")
+    if kind == "plain":  # n: the paired rounds, steps: the steps of the one workflow
+        if store == "sqlite":
+            return plain_pair(f"sqlite:///{workdir / f'plain-{uuid.uuid4().hex[:6]}.db'}", steps, n)
+        schema = f"bench_plain_{uuid.uuid4().hex[:8]}"
+        try:
+            return plain_pair(f"{PG}?schema={schema}", steps, n)
+        finally:
+            import psycopg
+
+            with psycopg.connect(PG, autocommit=True) as pg:
+                pg.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     run = {"foundry": foundry, "dbos": dbos, "ceiling": ceiling}[kind]
     if store == "sqlite":
         path = workdir / f"{name}-{scenario}-{uuid.uuid4().hex[:6]}.db"
@@ -276,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=ALL, help="run only these contenders")
     parser.add_argument("--skip-growth", action="store_true", help="leave out the 10 → 1,000 steps growth")
     parser.add_argument("--quick", action="store_true", help="SQLite only, 20 workflows, one round")
+    parser.add_argument("--plain-steps", type=int, default=1000, help="steps of the vs-plain workflow (1000)")
+    parser.add_argument("--plain-rounds", type=int, default=15, help="paired rounds of vs plain (default 15)")
+    parser.add_argument(
+        "--plain-only", action="store_true", help="run only the step vs a plain INSERT + COMMIT"
+    )
+    parser.add_argument(
+        "--skip-plain", action="store_true", help="leave out the step vs a plain INSERT + COMMIT"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", default="steps", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -287,6 +389,19 @@ def main(argv: list[str] | None = None) -> int:
     names = list(args.only or (QUICK if args.quick else ALL))
     n = 20 if args.quick and args.n == 200 else args.n
     rounds = 1 if args.quick else args.rounds
+    plain: dict[str, dict[str, list[list[float]]]] = {}
+    if not args.skip_plain:
+        plain_stores = ("sqlite",) if args.quick else ("sqlite", "postgres")
+        steps = 200 if args.quick and args.plain_steps == 1000 else args.plain_steps
+        plain_rounds = 3 if args.quick and args.plain_rounds == 15 else args.plain_rounds
+        with tempfile.TemporaryDirectory(prefix="bench-workflow-") as workdir:
+            for store in plain_stores:
+                got = _spawn(f"plain-{store}", "plain", plain_rounds, steps, workdir)
+                if got is not None:
+                    plain[store] = got["pairs"]
+        _report_plain(plain, steps)
+        if args.plain_only:
+            return 0 if plain else 1
     runs: dict[tuple[str, str], list[float]] = {}
     growth: dict[tuple[str, int], list[dict[str, float]]] = {}
     stores = sorted({name.split("-", 1)[1] for name in names if name.startswith("foundry")})
@@ -359,6 +474,38 @@ def _report(runs: dict[tuple[str, str], list[float]], n: int, steps: int, rounds
         "vs DBOS: Foundry's workflows/s ÷ DBOS's on the same store, paired per round: median (range). "
         "ms/step: per step or branch, start and finish of each workflow included. × ceiling: ms/step ÷ "
         "one committed insert with the same durability."
+    )
+
+
+def _report_plain(plain: dict[str, dict[str, list[list[float]]]], steps: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rounds = max((len(p["foundry"]) for p in plain.values()), default=0)
+    table = Table(
+        title=f"One workflow of {steps:,} no-op steps vs {steps:,} plain INSERT + COMMIT, one thread; "
+        f"{rounds} paired rounds in alternating order ({_load()})",
+        title_justify="left",
+    )
+    for col in ("store", "system", "ms/step", "CPU µs/step", "vs plain (range)"):
+        table.add_column(col, justify="left" if col in ("store", "system") else "right")
+    labels = {
+        "sqlite": ("INSERT + COMMIT per step (WAL, synchronous=FULL)", "Foundry (WAL, synchronous=full)"),
+        "postgres": ("INSERT + COMMIT per step (psycopg, autocommit)", "Foundry"),
+    }
+    for store, pairs in plain.items():
+        ratios = [p[0] / f[0] for f, p in zip(pairs["foundry"], pairs["plain"], strict=False) if f[0] > 0]
+        for side, label in zip(("plain", "foundry"), labels[store], strict=True):
+            wall = statistics.median(x[0] for x in pairs[side]) / steps * 1e3
+            cpu = statistics.median(x[1] for x in pairs[side]) / steps * 1e6
+            vs = ""
+            if side == "foundry" and ratios:
+                vs = f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+            table.add_row(store, label, f"{wall:.3f}", f"{cpu:.1f}", vs)
+    Console(width=150).print(table)
+    print(
+        "vs plain: Foundry's steps/s ÷ the plain statements/s, paired per round (same process, "
+        "alternating order): median (range). CPU: the calling thread's CPU time per step."
     )
 
 
