@@ -111,8 +111,12 @@ class _Expired(Exception):
 
 # -- the calls ---------------------------------------------------------------------------
 
+# StepCall and Invoke are made once per step (and attempt), so they are not frozen: a
+# frozen dataclass sets each field through object.__setattr__, a call per field, a share
+# of a no-op step worth saving. Nothing changes one once it is made.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class StepCall:
     """One ``wf.step(...)`` call: the code, its arguments and its options."""
 
@@ -157,7 +161,7 @@ class Nap:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Invoke:
     """Run one attempt of ``call``; stop it (or leave its thread) at ``until`` (journal
     clock; ``None``: no limit), raising :class:`_Expired`."""
