@@ -86,7 +86,8 @@ def _timed(run_one: Any, n: int, warmup: int) -> float:
     return time.perf_counter() - start
 
 
-def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
+def _app(url: str) -> tuple[Any, Any, Any, Any]:
+    """(app, runtime, the ``sequence`` workflow of no-op steps, the ``fanout`` one) on ``url``."""
     from foundry import Foundry
     from foundry.deliver.workflow import WorkflowContext, configure
 
@@ -106,6 +107,11 @@ def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
     def fanout(wf: WorkflowContext) -> list[int]:
         return list(wf.map(noop, range(FANOUT)))
 
+    return app, rt, sequence, fanout
+
+
+def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
+    app, rt, sequence, fanout = _app(url)
     try:
         if scenario == "fanout":
             return {"seconds": _timed(fanout.run, n, 10)}
@@ -213,21 +219,7 @@ def ceiling(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
 def plain_pair(url: str, steps: int, rounds: int) -> dict[str, Any]:
     """Paired rounds in this process: one Foundry workflow of ``steps`` no-op steps, and
     ``steps`` plain INSERT + COMMIT statements; each side's wall and thread CPU seconds."""
-    from foundry import Foundry
-    from foundry.deliver.workflow import WorkflowContext, configure
-
-    app = Foundry("bench")
-    rt = configure(app, journal=url)
-
-    def noop(i: int) -> int:
-        return i
-
-    @app.workflow()
-    def sequence(wf: WorkflowContext, count: int) -> int:
-        for i in range(count):
-            wf.step(noop, i)
-        return count
-
+    app, rt, sequence, _ = _app(url)
     insert, close = _plain_inserts(url)
 
     def foundry_side() -> None:
