@@ -20,14 +20,15 @@ rate over DBOS's on the same store in the same round — and the table shows the
 and, in brackets, their range over the rounds.
 
 **vs plain** — the step itself against the code a user would otherwise write: one
-workflow of ``--plain-steps`` (1,000) no-op steps against as many plain ``INSERT`` +
-``COMMIT`` statements, one per step (SQLite: a file in WAL mode with
+workflow of ``--plain-steps`` (3,000) no-op steps against as many plain ``INSERT`` +
+``COMMIT`` statements, one per step (SQLite: a file of their own in WAL mode with
 ``synchronous=FULL``, the journal's own settings; PostgreSQL: psycopg in autocommit on the
-same server). Both run in one process, ``--plain-rounds`` (15) paired rounds in
-alternating order, so both sides see the same moment of the shared disk; the ratio is
-Foundry's steps/s over the plain statements/s, median and range over the
-rounds. Beside it, the CPU time of each side per step (the calling
-thread's), which the disk's noise does not move.
+same server). The workflow is cut into ``--plain-rounds`` (30) paired rounds of 100
+steps: in each, a run of its steps and as many plain statements, in the same thread one
+right after the other, Foundry's first on even rounds and the plain ones first on odd, so
+a burst of the shared disk lands on both sides of a round. The ratio is Foundry's steps/s over the
+plain statements/s, median and range over the rounds; beside it each side's CPU time per
+step (the calling thread's), which the disk's noise moves far less.
 
 **growth** (Foundry only): the same total number of steps as workflows of 10, 100 and
 1,000 steps, and the replay of each recorded history (the path a resumed run takes). The
@@ -217,34 +218,48 @@ def ceiling(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
 
 
 def plain_pair(url: str, steps: int, rounds: int) -> dict[str, Any]:
-    """Paired rounds in this process: one Foundry workflow of ``steps`` no-op steps, and
-    ``steps`` plain INSERT + COMMIT statements; each side's wall and thread CPU seconds."""
+    """One Foundry workflow of ``steps`` no-op steps, cut into ``rounds`` paired rounds:
+    in each, a run of its steps and as many plain INSERT + COMMIT statements, measured
+    side by side within milliseconds of each other (Foundry's first on even rounds, the
+    plain ones first on odd); each side's wall and thread CPU seconds per round."""
+    from foundry.deliver.workflow import WorkflowContext
+
     app, rt, sequence, _ = _app(url)
     insert, close = _plain_inserts(url)
+    chunk = max(1, steps // rounds)
+    out: dict[str, list[tuple[float, float]]] = {"foundry": [], "plain": []}
 
-    def foundry_side() -> None:
-        sequence.run(steps)
+    def noop(i: int) -> int:
+        return i
 
-    def plain_side() -> None:
-        for _ in range(steps):
+    def plain_side(wf: WorkflowContext) -> None:
+        for _ in range(chunk):
             insert()
 
-    sides = {"foundry": foundry_side, "plain": plain_side}
-    out: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    def foundry_side(wf: WorkflowContext) -> None:
+        for i in range(chunk):
+            wf.step(noop, i)
+
+    @app.workflow()
+    def paired(wf: WorkflowContext, count: int) -> int:
+        # a live run executes this body once; the timings stay in this process
+        for r in range(count):
+            for name, side in (("foundry", foundry_side), ("plain", plain_side))[:: 1 if r % 2 == 0 else -1]:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                side(wf)
+                out[name].append((time.perf_counter() - wall, time.thread_time() - cpu))
+        return count
+
     try:
         sequence.run(50)  # warm: the schema, the statement caches, the pool
         for _ in range(50):
             insert()
-        for r in range(rounds):
-            for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
-                cpu, wall = time.thread_time(), time.perf_counter()
-                sides[name]()
-                out[name].append((time.perf_counter() - wall, time.thread_time() - cpu))
+        paired.run(rounds)
     finally:
         close()
         app.close()
         rt.close()
-    return {"pairs": out}
+    return {"pairs": out, "chunk": chunk}
 
 
 def _plain_inserts(url: str) -> tuple[Any, Any]:
@@ -362,8 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=ALL, help="run only these contenders")
     parser.add_argument("--skip-growth", action="store_true", help="leave out the 10 → 1,000 steps growth")
     parser.add_argument("--quick", action="store_true", help="SQLite only, 20 workflows, one round")
-    parser.add_argument("--plain-steps", type=int, default=1000, help="steps of the vs-plain workflow (1000)")
-    parser.add_argument("--plain-rounds", type=int, default=15, help="paired rounds of vs plain (default 15)")
+    parser.add_argument("--plain-steps", type=int, default=3000, help="steps of the vs-plain workflow (3000)")
+    parser.add_argument(
+        "--plain-rounds", type=int, default=30, help="paired rounds the vs-plain workflow is cut into (30)"
+    )
     parser.add_argument(
         "--plain-only", action="store_true", help="run only the step vs a plain INSERT + COMMIT"
     )
@@ -384,14 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     plain: dict[str, dict[str, list[list[float]]]] = {}
     if not args.skip_plain:
         plain_stores = ("sqlite",) if args.quick else ("sqlite", "postgres")
-        steps = 200 if args.quick and args.plain_steps == 1000 else args.plain_steps
-        plain_rounds = 3 if args.quick and args.plain_rounds == 15 else args.plain_rounds
+        steps = 200 if args.quick and args.plain_steps == 3000 else args.plain_steps
+        plain_rounds = 4 if args.quick and args.plain_rounds == 30 else args.plain_rounds
         with tempfile.TemporaryDirectory(prefix="bench-workflow-") as workdir:
             for store in plain_stores:
                 got = _spawn(f"plain-{store}", "plain", plain_rounds, steps, workdir)
                 if got is not None:
                     plain[store] = got["pairs"]
-        _report_plain(plain, steps)
+        _report_plain(plain, steps, plain_rounds)
         if args.plain_only:
             return 0 if plain else 1
     runs: dict[tuple[str, str], list[float]] = {}
@@ -469,14 +486,14 @@ def _report(runs: dict[tuple[str, str], list[float]], n: int, steps: int, rounds
     )
 
 
-def _report_plain(plain: dict[str, dict[str, list[list[float]]]], steps: int) -> None:
+def _report_plain(plain: dict[str, dict[str, list[list[float]]]], steps: int, rounds: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rounds = max((len(p["foundry"]) for p in plain.values()), default=0)
+    chunk = max(1, steps // rounds)
     table = Table(
-        title=f"One workflow of {steps:,} no-op steps vs {steps:,} plain INSERT + COMMIT, one thread; "
-        f"{rounds} paired rounds in alternating order ({_load()})",
+        title=f"One workflow of {chunk * rounds:,} no-op steps vs as many plain INSERT + COMMIT, one "
+        f"thread; {rounds} paired rounds of {chunk} each, alternating order ({_load()})",
         title_justify="left",
     )
     for col in ("store", "system", "ms/step", "CPU µs/step", "vs plain (range)"):
@@ -488,16 +505,17 @@ def _report_plain(plain: dict[str, dict[str, list[list[float]]]], steps: int) ->
     for store, pairs in plain.items():
         ratios = [p[0] / f[0] for f, p in zip(pairs["foundry"], pairs["plain"], strict=False) if f[0] > 0]
         for side, label in zip(("plain", "foundry"), labels[store], strict=True):
-            wall = statistics.median(x[0] for x in pairs[side]) / steps * 1e3
-            cpu = statistics.median(x[1] for x in pairs[side]) / steps * 1e6
+            wall = statistics.median(x[0] for x in pairs[side]) / chunk * 1e3
+            cpu = statistics.median(x[1] for x in pairs[side]) / chunk * 1e6
             vs = ""
             if side == "foundry" and ratios:
                 vs = f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
             table.add_row(store, label, f"{wall:.3f}", f"{cpu:.1f}", vs)
     Console(width=150).print(table)
     print(
-        "vs plain: Foundry's steps/s ÷ the plain statements/s, paired per round (same process, "
-        "alternating order): median (range). CPU: the calling thread's CPU time per step."
+        "vs plain: Foundry's steps/s ÷ the plain statements/s, paired per round (the same thread, "
+        "alternating order): median (range). ms/step, CPU (the calling thread's, per step): medians "
+        "over the rounds."
     )
 
 
