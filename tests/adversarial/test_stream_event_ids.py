@@ -34,8 +34,14 @@ def write_without_ids(url: str, stream: str, events: list[dict[str, Any]]) -> No
     if engine == "nats":
         nats_publish(url, stream, 0, [(json.dumps(e).encode(), None) for e in events])
     elif engine == "redis":
-        for e in events:  # Foundry's fields, with an empty id: "<ts> <cum> 0 -"
-            redis_xadd(url, stream, 0, {"m": f"{time.time():.6f} 0 0 -", "d": json.dumps(e)})
+        # Foundry's fields, with an empty id: "<ts> <cum> 0 -", under the ids an automatic
+        # XADD gives several entries in one millisecond (<ms>-0, <ms>-1, ...): they share an
+        # offset, and must still not share an event id
+        ms = int(time.time() * 1000)
+        for seq, e in enumerate(events):
+            redis_xadd(
+                url, stream, 0, {"m": f"{time.time():.6f} 0 0 -", "d": json.dumps(e)}, id=f"{ms}-{seq}"
+            )
     else:
         for e in events:
             sqlite_insert(url, stream, 0, {"id": "", "payload": json.dumps(e).encode()})

@@ -127,6 +127,12 @@ def _offset(entry_id: Any) -> int:
     return int(_s(entry_id).split("-", 1)[0])
 
 
+def _seq(entry_id: bytes) -> int:
+    """The sequence part of a stream id (``b"12-3"`` → 3)."""
+    _, _, seq = entry_id.partition(b"-")
+    return int(seq) if seq else 0
+
+
 def _entry_id(item: Any) -> bytes:
     """The stream id of one entry as the read script packs it (see :func:`unpack_entry`)."""
     if isinstance(item, list):
@@ -134,11 +140,19 @@ def _entry_id(item: Any) -> bytes:
     return bytes(item.split(b" ", 2)[1])
 
 
-def decode_fields(stream: str, partition: int, offset: int, m: bytes, d: bytes, deliveries: int) -> Event:
+def decode_fields(
+    stream: str, partition: int, offset: int, m: bytes, d: bytes, deliveries: int, *, seq: int = 0
+) -> Event:
     """An entry's fields ``m`` (``"<ts> <cumulative bytes> <#id> <k|->" + id + key``) and
     ``d`` (the payload) as the event Foundry stored, or :class:`MalformedEntryError` naming
     what Foundry could not have written (anyone can ``XADD`` to the partition's key).
-    Nothing else is raised."""
+    Nothing else is raised.
+
+    ``seq`` is the sequence part of the entry's stream id: 0 for every entry Foundry
+    appends (``<offset>-0``), more for the second and later entries another producer added
+    with an automatic id in one millisecond. Those share an offset, so an event among them
+    stored without an id is named ``<stream>/<partition>@<offset>-<seq>``: still stable,
+    and not taken for its neighbour."""
     if type(m) is not bytes or type(d) is not bytes:
         raise MalformedEntryError("its fields m and d are not byte strings")
     parts = m.split(b" ", 3)
@@ -163,9 +177,9 @@ def decode_fields(stream: str, partition: int, offset: int, m: bytes, d: bytes, 
         key = tail[end:].decode() if tail[:1] == b"k" else None
     except UnicodeDecodeError as exc:
         raise MalformedEntryError(f"its id or key is not UTF-8 ({exc})") from None
-    return Event(
-        stream, partition, offset, ident or derived_id(stream, partition, offset), key, d, ts, deliveries
-    )
+    if not ident:
+        ident = derived_id(stream, partition, offset) + (f"-{seq}" if seq else "")
+    return Event(stream, partition, offset, ident, key, d, ts, deliveries)
 
 
 def unpack_entry(stream: str, partition: int, item: Any, deliveries: int) -> Event:
@@ -197,7 +211,7 @@ def unpack_entry(stream: str, partition: int, item: Any, deliveries: int) -> Eve
     if traced:  # a trace context t sits between m and d
         trace, data = data[: int(traced)], data[int(traced) :]
     try:
-        event = decode_fields(stream, partition, offset, m, data, deliveries)
+        event = decode_fields(stream, partition, offset, m, data, deliveries, seq=_seq(entry_id))
     except MalformedEntryError as exc:
         return malformed_event(
             stream,
