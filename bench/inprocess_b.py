@@ -4,6 +4,7 @@
     python bench/inprocess_b.py                  # full run (a few minutes on 2 cores)
     python bench/inprocess_b.py --quick          # a few seconds (the test suite's smoke run)
     python bench/inprocess_b.py --only async     # or --only parallel
+    python bench/inprocess_b.py --only parallel --rounds 5
 
 Every case runs in this one process, variants interleaved repetition by repetition (so
 drift in the machine's load hits all of them alike), medians reported.
@@ -16,8 +17,11 @@ managed loop, uvloop when installed — where the watchdog is on by default. Wat
 cost: the same unit with the watchdog on ÷ off (A/B, on and off alternating which goes
 first; noisy on a shared machine), and the cost the watchdog accounts for itself — the
 watching thread's CPU time plus the time its callbacks took on the loop — as a share of
-the run's CPU. Parallel rows: Foundry's
-throughput ÷ that row's (≥ 1: Foundry is faster).
+the run's CPU. Each async timing is one ``asyncio.run`` of 10,000 tasks, as a script
+would run them. Parallel rows: Foundry's throughput ÷ that row's, round by round (≥ 1:
+Foundry is faster), median and range; the ~1 µs case is issue 17's: 2M items against
+``Pool.map(chunksize=10000)`` and joblib over explicit 10,000-item chunks, and the last
+row of each case is Foundry against the faster peer of each round.
 """
 
 from __future__ import annotations
@@ -182,9 +186,17 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
     total = tasks * rounds
     case = f"async {tasks // 1000}k tasks ×{rounds}"
 
+    def ratios(a: tuple[str, bool], b: tuple[str, bool], which: int) -> list[float]:
+        """Per repetition, a's time ÷ b's: b's throughput relative to a's (pairs share the machine's mood)."""
+        return [x[which] / y[which] for x, y in zip(samples[a], samples[b], strict=True)]
+
     def paired(a: tuple[str, bool], b: tuple[str, bool], which: int) -> float:
-        """Median over repetitions of b's time ÷ a's (pairs share the machine's mood)."""
-        return statistics.median(y[which] / x[which] for x, y in zip(samples[a], samples[b], strict=True))
+        """Median over repetitions of b's time ÷ a's."""
+        return 1 / statistics.median(ratios(a, b, which))
+
+    def spread(a: tuple[str, bool], b: tuple[str, bool], which: int) -> str:
+        values = ratios(a, b, which)
+        return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
     rows: list[Row] = []
     for key, times in samples.items():
@@ -193,10 +205,7 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
         ratio = (
             "1.00 (reference)"
             if key == (raw_name, False)
-            else (
-                f"wall {1 / paired((raw_name, False), key, 0):.2f}, "
-                f"cpu {1 / paired((raw_name, False), key, 1):.2f}"
-            )
+            else (f"wall {spread((raw_name, False), key, 0)}, cpu {spread((raw_name, False), key, 1)}")
         )
         variant = f"{name} + watchdog" if watch else name
         rows.append((case, variant, wall, f"{total / wall:,.0f}/s", ratio))
@@ -350,6 +359,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a few seconds: small sizes, few repetitions")
     parser.add_argument("--only", choices=("async", "parallel"), help="run one group of cases")
     parser.add_argument(
+        "--async-reps", type=int, default=21, help="paired repetitions of the async case (default 21)"
+    )
+    parser.add_argument(
         "--rounds", type=int, default=7, help="paired rounds of each parallel case (default 7)"
     )
     args = parser.parse_args()
@@ -360,7 +372,7 @@ def main() -> int:
         async_rows = (
             bench_async(tasks=2000, rounds=1, reps=2)
             if args.quick
-            else bench_async(tasks=10_000, rounds=5, reps=11)
+            else bench_async(tasks=10_000, rounds=1, reps=args.async_reps)
         )
     if args.only != "async":
         parallel_rows = (

@@ -50,7 +50,8 @@ def map_resuming(call: Callable[[Any], Any], items: Iterable[Any]) -> tuple[list
 
 def run_chunk(fn: Callable[..., Any], start: int, payload: bytes, kwargs: dict[str, Any]) -> Any:
     """Runs in a child: map ``fn`` over one chunk; failures are recorded, not raised, so
-    one bad item does not lose its neighbours' results."""
+    one bad item does not lose its neighbours' results. The results come back pickled
+    (``bytes``), or as the list itself when they cannot be."""
     cpu = time.process_time()
     call = functools.partial(fn, **kwargs) if kwargs else fn
     results, failed = map_resuming(call, pickle.loads(payload))
@@ -58,7 +59,11 @@ def run_chunk(fn: Callable[..., Any], start: int, payload: bytes, kwargs: dict[s
     for offset in failed:
         failures.append((start + offset, _portable(results[offset])))
         results[offset] = None
-    return start, results, failures, time.process_time() - cpu
+    try:  # pickled here, unpickled by the caller's map thread: the pool's dispatcher only
+        shipped: Any = pickle.dumps(results, pickle.HIGHEST_PROTOCOL)  # copies bytes, and hands
+    except Exception:  # this child its next chunk without first decoding this one's results
+        shipped = results  # the pool reports what cannot be pickled back, with the fix
+    return start, shipped, failures, time.process_time() - cpu
 
 
 def run_shipped_chunk(shipped: bytes, start: int, payload: bytes) -> Any:

@@ -16,7 +16,7 @@ caller's CPU taken from the workers' cores — against ``items × est`` in the c
 Processes are chosen when they are expected to be at least :data:`MIN_SPEEDUP` times
 faster. Chunks carry enough work that the per-chunk cost is at most :data:`AMORTISED`
 of it, so the per-chunk cost never decides: a million 1 µs items are worth shipping in
-chunks of 100,000 even though one item alone is not worth shipping.
+chunks of 25,000 even though one item alone is not worth shipping.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ PIPE_BYTE_SECONDS = 1e-9
 AMORTISED = 0.02
 """The per-chunk cost is at most this share of a chunk's work: chunks carry at least
 ``CHUNK_SHIP / AMORTISED`` (10 ms) of it."""
-MAX_CHUNK_SECONDS = 0.1
+MAX_CHUNK_SECONDS = 0.025
+"""At most this much work a chunk: the last round leaves a worker idle for half a chunk on
+average, and a descheduled worker holds the join for one chunk."""
 MIN_SPEEDUP = 1.2
 """Processes must be expected this many times faster than the loop (the estimate's margin)."""
 
