@@ -102,7 +102,7 @@ def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
     shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1.5e-7)
     assert shipping.mode == "sequential"  # 0.30 s here, 0.15 s shipping + 0.15 s computing there
     assert "≈ 300.0 ms here, ≈ 302.8 ms on 2 workers" in shipping.reason
-    assert "0.99× is less than the 1.2× that pays for processes" in shipping.reason
+    assert "0.99× is less than the 1.5× that pays for processes" in shipping.reason
     heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=8e-5)
     assert heavy_payload.mode == "sequential"  # 50 µs saved per item, 80 µs spent shipping it
     assert "shipping ≈ 80 µs an item and 200 µs a chunk" in heavy_payload.reason

@@ -17,7 +17,7 @@ How it runs:
 - **Plan** (:func:`plan_chunks`): inputs below ``threshold`` items, or whose estimated
   work is under ``min_work`` seconds, run *sequentially in the caller* — processes would
   cost more than they save — and the plan says so ("fell back to sequential: 12 items <
-  threshold 64"), as do runs that processes would not make at least 1.2× faster —
+  threshold 64"), as do runs that processes would not make at least 1.5× faster —
   shipping charged per chunk (a fixed cost) and per item (pickling both ways, measured).
   Otherwise the per-item cost (``est``, or measured on the first items in the caller,
   whose results are kept) sizes chunks so that each carries at least 10 ms of work (the
