@@ -4,6 +4,7 @@
     python bench/inprocess_b.py                  # full run (a few minutes on 2 cores)
     python bench/inprocess_b.py --quick          # a few seconds (the test suite's smoke run)
     python bench/inprocess_b.py --only async     # or --only parallel
+    python bench/inprocess_b.py --only parallel --rounds 5
 
 Every case runs in this one process, variants interleaved repetition by repetition (so
 drift in the machine's load hits all of them alike), medians reported.
@@ -16,14 +17,18 @@ managed loop, uvloop when installed — where the watchdog is on by default. Wat
 cost: the same unit with the watchdog on ÷ off (A/B, on and off alternating which goes
 first; noisy on a shared machine), and the cost the watchdog accounts for itself — the
 watching thread's CPU time plus the time its callbacks took on the loop — as a share of
-the run's CPU. Parallel rows: Foundry's
-throughput ÷ that row's (≥ 1: Foundry is faster).
+the run's CPU. Each async timing is one ``asyncio.run`` of 10,000 tasks, as a script
+would run them. Parallel rows: Foundry's throughput ÷ that row's, round by round (≥ 1:
+Foundry is faster), median and range; the ~1 µs case is issue 17's: 2M items against
+``Pool.map(chunksize=10000)`` and joblib over explicit 10,000-item chunks, and the last
+row of each case is Foundry against the faster peer of each round.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import multiprocessing
 import os
@@ -181,9 +186,17 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
     total = tasks * rounds
     case = f"async {tasks // 1000}k tasks ×{rounds}"
 
+    def ratios(a: tuple[str, bool], b: tuple[str, bool], which: int) -> list[float]:
+        """Per repetition, a's time ÷ b's: b's throughput relative to a's (pairs share the machine's mood)."""
+        return [x[which] / y[which] for x, y in zip(samples[a], samples[b], strict=True)]
+
     def paired(a: tuple[str, bool], b: tuple[str, bool], which: int) -> float:
-        """Median over repetitions of b's time ÷ a's (pairs share the machine's mood)."""
-        return statistics.median(y[which] / x[which] for x, y in zip(samples[a], samples[b], strict=True))
+        """Median over repetitions of b's time ÷ a's."""
+        return 1 / statistics.median(ratios(a, b, which))
+
+    def spread(a: tuple[str, bool], b: tuple[str, bool], which: int) -> str:
+        values = ratios(a, b, which)
+        return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
     rows: list[Row] = []
     for key, times in samples.items():
@@ -192,10 +205,7 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
         ratio = (
             "1.00 (reference)"
             if key == (raw_name, False)
-            else (
-                f"wall {1 / paired((raw_name, False), key, 0):.2f}, "
-                f"cpu {1 / paired((raw_name, False), key, 1):.2f}"
-            )
+            else (f"wall {spread((raw_name, False), key, 0)}, cpu {spread((raw_name, False), key, 1)}")
         )
         variant = f"{name} + watchdog" if watch else name
         rows.append((case, variant, wall, f"{total / wall:,.0f}/s", ratio))
@@ -218,38 +228,128 @@ def bench_async(tasks: int, rounds: int, reps: int) -> list[Row]:
 # -- parallel map ------------------------------------------------------------------------
 
 
-def bench_parallel(items: int, tiny_items: int, reps: int) -> list[Row]:
+def kernel_1us(n: int) -> int:
+    """About a microsecond of integer arithmetic (12 rounds of a multiplicative hash):
+    the issue's "2M × ~1 µs items", where shipping per item costs about as much as the
+    item but shipping per chunk of 10,000 is nothing."""
+    x = n
+    for _ in range(12):
+        x = (x * 2654435761 + 1) & 0xFFFFFFFF
+    return x
+
+
+def chunk_of(fn: Callable[[int], Any], chunk: list[int]) -> list[Any]:
+    """What joblib runs per task when the user chunks by hand (one task per chunk)."""
+    return [fn(x) for x in chunk]
+
+
+def paired(times: dict[str, list[float]], ours: str, other: str) -> str:
+    """``other``'s time ÷ ours, round by round: the median and the range (≥ 1: ours is faster)."""
+    ratios = [b / a for a, b in zip(times[ours], times[other], strict=True)]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
+def run_case(
+    variants: dict[str, Callable[[], list[Any]]], check: Callable[[list[Any]], bool], reps: int
+) -> dict[str, list[float]]:
+    """Every variant once per round, the order reversed every other round (so drift in the
+    machine's load and what one variant leaves in the caches hit them all alike)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for rep in range(reps):
+        for name in names if rep % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            out = variants[name]()
+            times[name].append(time.perf_counter() - started)
+            assert check(out), f"{name} returned wrong results"
+    return times
+
+
+def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: int) -> list[Row]:
     import joblib
 
     workers = 2
+    chunk = 10_000
     rows: list[Row] = []
     executor = ParallelExecutor(workers=workers, name="bench")
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool, joblib.parallel_config(backend="loky", n_jobs=workers):
         par = joblib.Parallel(n_jobs=workers)
-        for label, fn, n in (("1 ms items", kernel_heavy, items), ("tiny items", kernel_tiny, tiny_items)):
+
+        def joblib_chunks(fn: Callable[[int], Any], data: list[int]) -> list[Any]:
+            parts = par(joblib.delayed(chunk_of)(fn, data[i : i + chunk]) for i in range(0, len(data), chunk))
+            return [y for part in parts for y in part]
+
+        cases: list[tuple[str, Callable[[int], Any], int, dict[str, Callable[[list[int]], list[Any]]]]] = [
+            (
+                "1 ms items",
+                kernel_heavy,
+                heavy_items,
+                {
+                    "multiprocessing.Pool.map": lambda data: pool.map(kernel_heavy, data),
+                    "joblib (loky)": lambda data: par(joblib.delayed(kernel_heavy)(x) for x in data),
+                },
+            ),
+            (
+                "~1 µs items",
+                kernel_1us,
+                micro_items,
+                {
+                    f"multiprocessing.Pool.map(chunksize={chunk})": lambda data: pool.map(
+                        kernel_1us, data, chunksize=chunk
+                    ),
+                    f"joblib (loky) over explicit {chunk}-item chunks": lambda data: joblib_chunks(
+                        kernel_1us, data
+                    ),
+                },
+            ),
+            (
+                "tiny items",
+                kernel_tiny,
+                tiny_items,
+                {
+                    "multiprocessing.Pool.map": lambda data: pool.map(kernel_tiny, data),
+                    "joblib (loky)": lambda data: par(joblib.delayed(kernel_tiny)(x) for x in data),
+                },
+            ),
+        ]
+        for label, fn, n, peers in cases:
+
+            def variants_for(
+                data: list[int], fn: Callable[[int], Any] = fn, peers: Any = peers
+            ) -> dict[str, Callable[[], list[Any]]]:
+                variants: dict[str, Callable[[], list[Any]]] = {
+                    "sequential loop": lambda: [fn(x) for x in data],
+                    "foundry parallel": lambda: executor.map(fn, data, progress=False),
+                }
+                variants.update({name: functools.partial(peer, data) for name, peer in peers.items()})
+                return variants
+
+            warm = list(range(min(n, 4 * chunk)))  # start every pool's workers: the pools, not the data
+            run_case(variants_for(warm), lambda out, expected=[fn(x) for x in warm]: out == expected, 1)
             data = list(range(n))
-            expected = [fn(x) for x in data[:50]]
-            variants: dict[str, Callable[[], list[Any]]] = {
-                "sequential loop": lambda fn=fn, data=data: [fn(x) for x in data],
-                "foundry parallel": lambda fn=fn, data=data: executor.map(fn, data, progress=False),
-                "multiprocessing.Pool.map": lambda fn=fn, data=data: pool.map(fn, data),
-                "joblib (loky)": lambda fn=fn, data=data: par(joblib.delayed(fn)(x) for x in data),
-            }
-            for run in variants.values():  # warm every pool once
-                assert run()[:50] == expected
-            times: dict[str, list[float]] = {name: [] for name in variants}
-            for _ in range(reps):
-                for name, run in variants.items():
-                    started = time.perf_counter()
-                    run()
-                    times[name].append(time.perf_counter() - started)
-            ours = statistics.median(times["foundry parallel"])
+            expected = [fn(x) for x in data]
+            times = run_case(variants_for(data), lambda out, expected=expected: out == expected, reps)
             plan = executor.last_plan
+            case = f"parallel map, {n:,} × {label}"
             for name, samples in times.items():
                 med = statistics.median(samples)
-                ratio = f"{med / ours:.2f}" if name != "foundry parallel" else (plan.note if plan else "")
-                rows.append((f"parallel map, {n:,} × {label}", name, med, f"{n / med:,.0f}/s", ratio))
+                ratio = (
+                    paired(times, "foundry parallel", name)
+                    if name != "foundry parallel"
+                    else (plan.note if plan else "")
+                )
+                rows.append((case, name, med, f"{n / med:,.0f}/s", ratio))
+            best = [min(t) for t in zip(*(times[name] for name in peers), strict=True)]
+            rows.append(
+                (
+                    case,
+                    "foundry ÷ the best peer, round by round",
+                    -1.0,
+                    "",
+                    paired({"f": times["foundry parallel"], "b": best}, "f", "b"),
+                )
+            )
     executor.close()
     return rows
 
@@ -258,6 +358,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a few seconds: small sizes, few repetitions")
     parser.add_argument("--only", choices=("async", "parallel"), help="run one group of cases")
+    parser.add_argument(
+        "--async-reps", type=int, default=21, help="paired repetitions of the async case (default 21)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=7, help="paired rounds of each parallel case (default 7)"
+    )
     args = parser.parse_args()
     console = Console(width=180)
     async_rows: list[Row] = []
@@ -266,13 +372,13 @@ def main() -> int:
         async_rows = (
             bench_async(tasks=2000, rounds=1, reps=2)
             if args.quick
-            else bench_async(tasks=10_000, rounds=5, reps=11)
+            else bench_async(tasks=10_000, rounds=1, reps=args.async_reps)
         )
     if args.only != "async":
         parallel_rows = (
-            bench_parallel(items=200, tiny_items=20_000, reps=1)
+            bench_parallel(heavy_items=200, micro_items=200_000, tiny_items=20_000, reps=2)
             if args.quick
-            else bench_parallel(items=2000, tiny_items=400_000, reps=5)
+            else bench_parallel(heavy_items=2000, micro_items=2_000_000, tiny_items=400_000, reps=args.rounds)
         )
     table = Table(title=f"in-process, part b — {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     for column in ("case", "variant", "seconds (median)", "throughput", "ratio"):

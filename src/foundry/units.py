@@ -486,8 +486,4 @@ def _tracked(handle: Handle[A]) -> Handle[A]:
 
 
 def _in_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return asyncio._get_running_loop() is not None  # asyncio's C helper: no exception when outside

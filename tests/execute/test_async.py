@@ -40,6 +40,61 @@ def test_permits_bound_concurrency_across_every_path(app: Foundry) -> None:
     assert app.metrics.value(names.UNIT_IN_FLIGHT, unit="tracked") == 0
 
 
+def test_an_inline_caller_that_gives_up_in_line_loses_no_permit_and_no_count(app: Foundry) -> None:
+    """``await unit(x)`` waiting for a permit: cancelled while it waits (withdrawn), or
+    just after its permit was granted (the permit passes on); the rest all run, counted."""
+    gate = asyncio.Event()
+    ran: list[int] = []
+
+    @app.work(model="async", concurrency=1, max_pending=100)
+    async def one(x: int) -> int:
+        if x == 0:
+            await gate.wait()
+        ran.append(x)
+        return x
+
+    async def main() -> list[object]:
+        tasks = [asyncio.create_task(one(i)) for i in range(5)]
+        await asyncio.sleep(0.01)  # 0 holds the permit; 1..4 wait in line
+        tasks[1].cancel()  # withdrawn while it waits
+        gate.set()
+        await asyncio.sleep(0)  # 0 finishes and grants 2 its permit; 2 has not resumed yet
+        tasks[2].cancel()  # granted, then cancelled: the permit must pass on to 3
+        return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5.0)
+
+    outcomes = asyncio.run(main())
+    assert outcomes[0] == 0
+    assert outcomes[3:] == [3, 4]
+    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes[1:3])
+    assert ran == [0, 3, 4]
+    assert app.metrics.value(names.UNIT_COMPLETED, unit="one") == 3
+    assert app.metrics.value(names.UNIT_IN_FLIGHT, unit="one") == 0
+
+    async def again() -> int:  # every permit came back: the next caller runs at once
+        return await asyncio.wait_for(one(9), 1.0)
+
+    assert asyncio.run(again()) == 9
+
+
+def test_a_permit_freed_on_one_loop_starts_the_caller_waiting_on_another(app: Foundry) -> None:
+    @app.work(model="async", concurrency=1, max_pending=100)
+    async def slow(x: int) -> int:
+        await asyncio.sleep(0.05)
+        return x
+
+    async def call(x: int) -> int:
+        return await slow(x)  # inline, in this thread's own loop
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(asyncio.run(call(i)))) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(results) == [0, 1, 2, 3]
+    assert app.metrics.value(names.UNIT_COMPLETED, unit="slow") == 4
+
+
 def test_sync_callers_use_the_managed_loop(app: Foundry) -> None:
     @app.work(model="async", concurrency=4)
     async def where() -> tuple[str, str]:

@@ -30,6 +30,8 @@ from foundry.execute.parallel import (
     parallel_map,
     plan_chunks,
 )
+from foundry.execute.parallel.executor import _trimmed_mean
+from foundry.execute.parallel.plan import AMORTISED, CHUNK_SHIP, MIN_SPEEDUP
 from foundry.observe import names
 from foundry.runtime import SubmitOptions
 
@@ -97,11 +99,42 @@ def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
     assert tiny.mode == "sequential"
     assert "less than shipping it to processes costs" in tiny.reason
     assert plan_chunks(5000, workers=1, est=0.01).mode == "sequential"
-    shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1e-7)
-    assert shipping.mode == "sequential"
-    assert "to ship to a process and back" in shipping.reason
-    heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=2e-5)
+    shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1.5e-7)
+    assert shipping.mode == "sequential"  # 0.30 s here, 0.15 s shipping + 0.15 s computing there
+    assert "≈ 300.0 ms here, ≈ 302.8 ms on 2 workers" in shipping.reason
+    assert "0.99× is less than the 1.5× that pays for processes" in shipping.reason
+    heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=8e-5)
     assert heavy_payload.mode == "sequential"  # 50 µs saved per item, 80 µs spent shipping it
+    assert "shipping ≈ 80 µs an item and 200 µs a chunk" in heavy_payload.reason
+
+
+def test_shipping_is_charged_per_chunk_and_per_item_so_microsecond_items_in_bulk_go_to_processes() -> None:
+    # The issue's case: 2M items of ~1 µs, ~120 ns an item to pickle both ways. One item
+    # alone is not worth shipping (a chunk costs 200 µs); 10 ms chunks of them are.
+    plan = plan_chunks(2_000_000, workers=2, est=0.9e-6, ship=1.2e-7)
+    assert plan.mode == "processes"
+    assert plan.chunksize * plan.est >= CHUNK_SHIP / AMORTISED  # the chunk cost is ≤ 2 % of the work
+    assert plan.chunks * CHUNK_SHIP <= AMORTISED * plan.items * plan.est
+    assert plan.chunks % plan.workers == 0
+    expected = plan.expected_seconds
+    assert expected is not None
+    assert expected == pytest.approx(2_000_000 * 1.2e-7 + plan.chunks * CHUNK_SHIP + 2_000_000 * 0.9e-6 / 2)
+    assert plan.items * plan.est / expected >= MIN_SPEEDUP
+    assert (
+        f"≈ {plan.items * plan.est / expected:.1f}× the loop" in plan.reason
+    )  # what it says is what it computed
+    assert "shipping ≈ 120 ns an item and 200 µs a chunk" in plan.reason
+    unmeasured = plan_chunks(2_000_000, workers=2, est=0.9e-6)
+    assert unmeasured.mode == "processes"
+    assert "per item not measured" in unmeasured.reason
+    # the same items on one core's worth of gain are not: 2 workers, but shipping eats it
+    assert plan_chunks(2_000_000, workers=2, est=0.9e-6, ship=4e-7).mode == "sequential"
+
+
+def test_the_probe_leaves_out_the_items_a_descheduled_caller_made_look_slow() -> None:
+    took = [1e-6] * 250 + [8e-3] * 3  # three items hit by a 8 ms preemption
+    assert _trimmed_mean(took) == pytest.approx(1e-6)
+    assert _trimmed_mean([0.5]) == 0.5
 
 
 def test_chunks_outnumber_workers_and_carry_enough_work_each() -> None:
@@ -145,6 +178,29 @@ def test_auto_chunking_measures_the_first_items_and_keeps_their_results(executor
     assert plan.probed >= 1
     assert plan.est is not None
     assert plan.items == 4000 - plan.probed
+
+
+def micro(n: int) -> int:
+    """About a microsecond of integer arithmetic."""
+    for _ in range(12):
+        n = (n * 2654435761 + 1) & 0xFFFFFFFF
+    return n
+
+
+def test_microsecond_items_in_bulk_run_on_processes_in_big_chunks() -> None:
+    ex = ParallelExecutor(workers=2, name="micro")
+    try:
+        data = list(range(300_000))
+        assert ex.map(micro, data, progress=False) == [micro(n) for n in data]
+        plan = ex.last_plan
+        assert plan is not None
+        assert plan.mode == "processes", plan.reason
+        assert plan.ship is not None
+        assert plan.ship < 1e-6  # ints pickle in tens of nanoseconds
+        assert plan.chunksize >= 5000, plan.reason  # ≥ 10 ms of microsecond items
+        assert ex.metrics.value(names.UNIT_COMPLETED, unit="micro", model="parallel") == 300_000
+    finally:
+        ex.close()
 
 
 def test_a_failed_item_is_reported_with_its_index_and_the_rest_complete(executor: ParallelExecutor) -> None:

@@ -63,7 +63,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from foundry.errors import CancelledError, OverloadError, PoolDeadlockError, SubmitError, WorkTimeoutError
@@ -307,11 +307,9 @@ def _stop_managed() -> None:
         loop_thread.stop(2.0)
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+_running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
+"""This thread's running loop, or ``None`` (asyncio's C helper: no exception to raise and catch
+on the permit path, which asks it once per grant)."""
 
 
 # -- tasks and permits ----------------------------------------------------------------------------
@@ -359,10 +357,6 @@ class _Inline:
         self.future: asyncio.Future[None] = loop.create_future()
         self.state = _WAITING
 
-    @property
-    def waiting(self) -> bool:
-        return self.state == _WAITING
-
 
 class AsyncRunner:
     """Runs an ``async`` unit (see the module docstring)."""
@@ -382,6 +376,8 @@ class AsyncRunner:
         self.overflow = traits.overflow
         self.block_timeout = traits.latency if traits.latency is not None else DEFAULT_BLOCK_TIMEOUT
         self.timeout = traits.timeout
+        # ``await unit(x)`` awaits the coroutine itself, timed inline (no timeout to arm)
+        self._inline_plain = self.timeout is None and self.is_coroutine
         self.map_window = self.permits + self.max_pending
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
@@ -482,7 +478,7 @@ class AsyncRunner:
                     item.in_intake = False
                     self._queued -= 1
                 else:
-                    if not item.waiting:  # its caller gave up
+                    if item.state != _WAITING:  # its caller gave up
                         continue
                     item.state = _GRANTED
                     self._inline_waiting -= 1
@@ -492,8 +488,13 @@ class AsyncRunner:
                 self._running -= 1
             if (self._room_waiters or self._async_room) and not isinstance(grant, _Inline):
                 self._wake_room()  # a permit or a place in the intake came free
-        if grant is not None:
-            self._grant(grant)
+        if grant is None:
+            return
+        if type(grant) is _Inline and grant.loop is _running_loop():  # the common case, inline
+            if not grant.future.done():
+                grant.future.set_result(None)
+            return
+        self._grant(grant)
 
     def _wake_room(self) -> None:
         """Under the lock: tell one submitter blocked on a full intake to retry."""
@@ -670,19 +671,40 @@ class AsyncRunner:
         return Handle(self._ids(), self.name, task)
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``await unit(x)``: run in the caller's task once a permit is free (one frame
-        and one lock round trip more than ``async with semaphore: await fn(x)``)."""
+        """``await unit(x)``: run in the caller's task once a permit is free. Beyond
+        ``async with semaphore: await fn(x)`` it costs one lock round trip to take the
+        permit (or a place in line), one to give it back, and two clock reads (the
+        duration metric); no task, no extra coroutine."""
+        ticket: _Inline | None = None
+        refused = False
         with self._lock:
             if self._closed:
                 raise SubmitError(
                     f"unit {self.name!r}: its runner is closed. Fix: call it before app.close()"
                 )
-            fast = self._running < self.permits and not self._waiting
-            if fast:
+            if self._running < self.permits and not self._waiting:
                 self._running += 1
-        if not fast:
-            await self._acquire(asyncio.get_running_loop())
-        if self.timeout is not None or not self.is_coroutine:
+            elif self.overflow != "reject" or self._inline_waiting < self.max_pending:
+                ticket = _Inline(asyncio.get_running_loop())
+                self._waiting.append(ticket)
+                self._inline_waiting += 1
+            else:
+                refused = True
+        if refused:
+            raise self._overflow_error()
+        if ticket is not None:  # wait in line (FIFO) until _release grants the permit
+            try:
+                await ticket.future
+            except BaseException:  # gave up first: withdraw, or pass on a permit granted meanwhile
+                with self._lock:
+                    granted = ticket.state == _GRANTED
+                    if not granted:
+                        ticket.state = _WITHDRAWN  # _release skips it
+                        self._inline_waiting -= 1
+                if granted:
+                    self._release()
+                raise
+        if not self._inline_plain:
             try:
                 return await self._execute(args, kwargs, self.timeout)
             finally:
@@ -698,25 +720,6 @@ class AsyncRunner:
         now = time.perf_counter()
         self.metrics.ok(now - started, now)
         return value
-
-    async def _acquire(self, loop: asyncio.AbstractEventLoop) -> None:
-        ticket = _Inline(loop)
-        with self._lock:
-            if self.overflow == "reject" and self._inline_waiting >= self.max_pending:
-                raise self._overflow_error()
-            self._waiting.append(ticket)
-            self._inline_waiting += 1
-        try:
-            await ticket.future
-        except BaseException:
-            with self._lock:
-                granted = ticket.state == _GRANTED
-                if not granted:
-                    ticket.state = _WITHDRAWN  # _release skips it
-                    self._inline_waiting -= 1
-            if granted:
-                self._release()
-            raise
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``unit(x)`` from sync code: on the managed loop, and wait for the result."""

@@ -17,10 +17,12 @@ How it runs:
 - **Plan** (:func:`plan_chunks`): inputs below ``threshold`` items, or whose estimated
   work is under ``min_work`` seconds, run *sequentially in the caller* — processes would
   cost more than they save — and the plan says so ("fell back to sequential: 12 items <
-  threshold 64"). Otherwise the per-item cost (``est``, or measured on the first items
-  in the caller, whose results are kept) sizes chunks so that each carries at least a few
-  milliseconds of work (IPC stays small) and there are about four chunks per worker (a
-  slow chunk cannot hold the join for long: load imbalance is bounded by one chunk).
+  threshold 64"), as do runs that processes would not make at least 1.5× faster —
+  shipping charged per chunk (a fixed cost) and per item (pickling both ways, measured).
+  Otherwise the per-item cost (``est``, or measured on the first items in the caller,
+  whose results are kept) sizes chunks so that each carries at least 10 ms of work (the
+  per-chunk cost stays ≤ 2 %) and there are about four chunks per worker (a slow chunk
+  cannot hold the join for long: load imbalance is bounded by one chunk).
 - **Map**: chunks go to the ``processes`` model's crash-contained pool (a child that
   dies loses its chunk only; children die with the parent), at most two per
   worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an

@@ -1,10 +1,22 @@
 """The ``parallel`` planner: run a map in the caller or on processes, and in what chunks.
 
 Pure: its inputs are measurements (how many items, how many workers, the per-item cost,
-the cost of shipping one item and its result) and its output is a :class:`ChunkPlan`
-with its reason in words. It starts no process, reads no clock and measures nothing, so
-every decision it makes can be checked with numbers alone; the executor
-(:mod:`foundry.execute.parallel.executor`) does the measuring, then asks it.
+the per-item cost of serialising an item and its result) and its output is a
+:class:`ChunkPlan` with its reason in words. It starts no process, reads no clock and
+measures nothing, so every decision it makes can be checked with numbers alone; the
+executor (:mod:`foundry.execute.parallel.executor`) does the measuring, then asks it.
+
+The cost model. Shipping has two parts: a fixed cost per *chunk* (:data:`CHUNK_SHIP`:
+the submit, the pipe's round trip, the wake-ups, the collect) and a cost per *item*
+(``ship``: pickling it and its result both ways, measured, plus their bytes through the
+pipe). A run on ``w`` workers is estimated at ``items × ship + chunks × CHUNK_SHIP +
+items × est / w`` — every second of shipping counted as if the caller paid it alone,
+which is pessimistic (the workers unpickle their half in parallel) but also covers the
+caller's CPU taken from the workers' cores — against ``items × est`` in the caller.
+Processes are chosen when they are expected to be at least :data:`MIN_SPEEDUP` times
+faster. Chunks carry enough work that the per-chunk cost is at most :data:`AMORTISED`
+of it, so the per-chunk cost never decides: a million 1 µs items are worth shipping in
+chunks of 25,000 even though one item alone is not worth shipping.
 """
 
 from __future__ import annotations
@@ -15,19 +27,36 @@ from typing import Literal
 
 from foundry.errors import SubmitError
 
-__all__ = ["DEFAULT_THRESHOLD", "MIN_WORK", "ChunkPlan", "plan_chunks"]
+__all__ = ["CHUNK_SHIP", "DEFAULT_THRESHOLD", "MIN_WORK", "PIPE_BYTE_SECONDS", "ChunkPlan", "plan_chunks"]
 
 DEFAULT_THRESHOLD = 64
 """Inputs with fewer items run sequentially in the caller."""
 MIN_WORK = 0.1
 """Seconds of estimated total work below which processes cost more than they save."""
 CHUNKS_PER_WORKER = 4
-MIN_CHUNK_SECONDS = 0.005
-MAX_CHUNK_SECONDS = 0.1
-SHIP_FLOOR = 1e-6
-"""Seconds an item costs to send to a process and back, at the least (pipe, queue threads)."""
-SHIP_FACTOR = 4.0
-"""The round trip costs about this many times the caller's measured pickling share."""
+CHUNK_SHIP = 2e-4
+"""Seconds one chunk costs to ship whatever its size: submit, pipe round trip, wake-ups,
+collect (an empty function over 1-item chunks on 2 workers: 110–150 µs a chunk on a
+loaded 2-core VM; rounded up)."""
+PIPE_BYTE_SECONDS = 1e-9
+"""Seconds one pickled byte costs through a pipe (≈ 1 GB/s: what a 1 MB
+``send_bytes``/``recv_bytes`` loop measures on that VM); the executor adds it to ``ship``."""
+AMORTISED = 0.02
+"""The per-chunk cost is at most this share of a chunk's work: chunks carry at least
+``CHUNK_SHIP / AMORTISED`` (10 ms) of it."""
+MAX_CHUNK_SECONDS = 0.025
+"""At most this much work a chunk: the last round leaves a worker idle for half a chunk on
+average, and a descheduled worker holds the join for one chunk."""
+MIN_SPEEDUP = 1.5
+"""Processes must be expected this many times faster than the loop. The model is
+optimistic on a shared machine (it cannot see the other jobs on the cores): in one run of
+``bench/inprocess_b.py`` at load 3–8 on 2 cores it predicted 1.7× for ~1 µs items and
+they ran 1.4× the loop, and 1.26× for 0.27 µs items, which ran 0.8×."""
+
+
+def parallel_seconds(items: int, workers: int, est: float, ship: float | None, chunks: int) -> float:
+    """The cost model's wall time for ``items`` on ``workers`` processes in ``chunks``."""
+    return items * (ship or 0.0) + chunks * CHUNK_SHIP + items * est / workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +71,17 @@ class ChunkPlan:
     est: float | None
     reason: str
     probed: int = 0  # items run in the caller to measure ``est`` (their results are kept)
-    ship: float | None = None  # estimated seconds to send one item and its result across
+    ship: float | None = None  # measured seconds to serialise one item and its result, both ways
     engine: str = "local"  # where the chunks are computed: "local" processes, "dask", "ray"
 
     @property
     def expected_seconds(self) -> float | None:
-        """Estimated wall time (work ÷ workers); ``None`` without an estimate."""
+        """Estimated wall time (the cost model's, on processes); ``None`` without an estimate."""
         if self.est is None:
             return None
-        lanes = self.workers if self.mode == "processes" else 1
-        return self.items * self.est / lanes
+        if self.mode == "sequential":
+            return self.items * self.est
+        return parallel_seconds(self.items, self.workers, self.est, self.ship, self.chunks)
 
     @property
     def note(self) -> str:
@@ -59,6 +89,8 @@ class ChunkPlan:
 
 
 def _fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
     if seconds < 1e-5:
         return f"{seconds * 1e6:.1f} µs"
     if seconds < 1e-3:
@@ -81,9 +113,9 @@ def plan_chunks(
 ) -> ChunkPlan:
     """Decide sequential vs processes and the chunk size. Pure; ``items`` excludes probed ones.
 
-    ``ship`` is the measured cost of pickling one item and its result (the caller's share
-    of IPC); the real round trip costs several times that, and never less than
-    ``SHIP_FLOOR``.
+    ``ship`` is the measured cost of serialising one item and its result, both ways (and
+    their bytes through the pipe); ``None`` when not measured (counted as nothing: only
+    the per-chunk cost is charged then). See the module's cost model.
     """
 
     def sequential(reason: str) -> ChunkPlan:
@@ -109,6 +141,7 @@ def plan_chunks(
             est,
             f"{chunks} chunks of {chunksize} (explicit)",
             probed,
+            ship,
         )
     if total < threshold:
         return sequential(f"fell back to sequential: {total} items < threshold {threshold}")
@@ -119,16 +152,46 @@ def plan_chunks(
             f"fell back to sequential: {items} items × {_fmt_seconds(est)} ≈ {_fmt_seconds(items * est)} "
             f"of work < {_fmt_seconds(min_work)}, less than shipping it to processes costs"
         )
-    round_trip = max(SHIP_FLOOR, SHIP_FACTOR * (ship or 0.0))
-    if est is not None and est * (1 - 1 / workers) < round_trip:
+    size, chunks = _chunking(items, workers, est)
+    if est is None:
+        reason = f"{chunks} chunks of {size} items over {workers} workers"
+        return ChunkPlan(items, workers, "processes", size, chunks, est, reason, probed, ship)
+    here = items * est
+    there = parallel_seconds(items, workers, est, ship, chunks)
+    speedup = here / there
+    shipping = (
+        f"shipping ≈ {_fmt_seconds(ship)} an item and {_fmt_seconds(CHUNK_SHIP)} a chunk"
+        if ship
+        else f"shipping ≈ {_fmt_seconds(CHUNK_SHIP)} a chunk, per item not measured"
+    )
+    if speedup < MIN_SPEEDUP:
         return sequential(
-            f"fell back to sequential: an item computes in ≈ {_fmt_seconds(est)} but costs ≈ "
-            f"{_fmt_seconds(round_trip)} to ship to a process and back; {workers} workers would "
-            "spend more time shipping than they save"
+            f"fell back to sequential: {items} items × {_fmt_seconds(est)} ≈ {_fmt_seconds(here)} here, "
+            f"≈ {_fmt_seconds(there)} on {workers} workers ({shipping}): {speedup:.2f}× is less than "
+            f"the {MIN_SPEEDUP}× that pays for processes"
         )
+    return ChunkPlan(
+        items,
+        workers,
+        "processes",
+        size,
+        chunks,
+        est,
+        f"{chunks} chunks of {size} items ≈ {_fmt_seconds(size * est)} each over {workers} workers, "
+        f"≈ {speedup:.1f}× the loop ({shipping})",
+        probed,
+        ship,
+    )
+
+
+def _chunking(items: int, workers: int, est: float | None) -> tuple[int, int]:
+    """About :data:`CHUNKS_PER_WORKER` chunks per worker (a slow chunk holds the join for
+    one small chunk at most), each carrying between ``CHUNK_SHIP / AMORTISED`` and
+    :data:`MAX_CHUNK_SECONDS` of work, in a multiple of the workers (no last round
+    with idle workers). Returns the chunk size and the number of chunks."""
     size = math.ceil(items / (workers * CHUNKS_PER_WORKER))
     if est is not None and est > 0:
-        low = math.ceil(MIN_CHUNK_SECONDS / est)
+        low = math.ceil(CHUNK_SHIP / AMORTISED / est)
         high = max(low, math.floor(MAX_CHUNK_SECONDS / est))
         size = min(max(size, low), high)
     size = max(1, size)
@@ -137,15 +200,4 @@ def plan_chunks(
         chunks += workers - chunks % workers
         size = max(1, math.ceil(items / chunks))
         chunks = math.ceil(items / size)
-    per = f" ≈ {_fmt_seconds(size * est)} each" if est else ""
-    return ChunkPlan(
-        items,
-        workers,
-        "processes",
-        size,
-        chunks,
-        est,
-        f"{chunks} chunks of {size} items{per} over {workers} workers",
-        probed,
-        ship,
-    )
+    return size, chunks
