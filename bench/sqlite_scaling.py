@@ -49,12 +49,12 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from queues import PEERS, Run, _proc_cpu, _tree, drained  # type: ignore[import-not-found]  # noqa: E402
+from queues import PEERS, Run, _proc_cpu, _tree, drained  # noqa: E402
 
 SYSTEM = "foundry-sqlite"
 
 
-class Fleet(Run):  # type: ignore[misc]
+class Fleet(Run):
     """``bench/queues.py``'s run of the embedded queue, with several worker processes."""
 
     def __init__(self, workers: int, tmp: Path) -> None:
@@ -67,7 +67,12 @@ class Fleet(Run):  # type: ignore[misc]
             log = open(self.tmp / f"worker{i}.log", "wb")  # noqa: SIM115 - lives as long as the worker
             self.fleet.append(
                 subprocess.Popen(
-                    self.worker_command(), env=self.env, cwd=PEERS, stdout=log, stderr=log, start_new_session=True
+                    self.worker_command(),
+                    env=self.env,
+                    cwd=PEERS,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
                 )
             )
             log.close()
@@ -184,7 +189,7 @@ def ceiling(processes: int, seconds: float) -> float:
         procs = [ctx.Process(target=_committer, args=(path, seconds, out)) for _ in range(processes)]
         for p in procs:
             p.start()
-        total = sum(out.get(timeout=seconds + 60) for _ in procs)
+        total = sum(int(out.get(timeout=seconds + 60)) for _ in procs)
         for p in procs:
             p.join()
         return total / seconds
@@ -238,7 +243,7 @@ def table(rounds: list[dict[int, dict[str, Any]]], args: argparse.Namespace) -> 
             continue
 
         def med(field: str, rows: list[dict[str, Any]] = ok) -> float:
-            return statistics.median(r[field] for r in rows)
+            return float(statistics.median(r[field] for r in rows))
 
         pairs = [r for r in rounds if "rate" in r[w] and "rate" in r[first]]
         vs = ratio([r[w]["rate"] / r[first]["rate"] for r in pairs]) if pairs else ""

@@ -49,6 +49,8 @@ class Signals:
         self._cond = threading.Condition()
         self._gens: dict[str, int] = {}
         self._all = 0
+        self._waiting: dict[str, int] = {}  # topic -> threads waiting on it now
+        self._left: dict[str, float] = {}  # topic -> when a wait on it last ended (monotonic)
 
     def gen(self, topic: str) -> tuple[int, int]:
         return (self._all, self._gens.get(topic, 0))
@@ -70,7 +72,24 @@ class Signals:
     def wait(self, topic: str, since: tuple[int, int], timeout: float) -> bool:
         """Sleep until ``topic`` (or everything) moved past ``since``; ``False`` on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
+            self._waiting[topic] = self._waiting.get(topic, 0) + 1
+            try:
+                return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
+            finally:
+                left = self._waiting.pop(topic) - 1
+                if left:
+                    self._waiting[topic] = left
+                if len(self._left) > 10_000:
+                    self._left.clear()
+                self._left[topic] = time.monotonic()
+
+    def attended(self, topic: str, within: float) -> bool:
+        """Whether a thread waits on ``topic`` now, or left a wait on it less than
+        ``within`` seconds ago (it is about to look again)."""
+        with self._cond:
+            return (
+                bool(self._waiting.get(topic)) or time.monotonic() - self._left.get(topic, -math.inf) < within
+            )
 
 
 def watch_cancels(
