@@ -3,6 +3,7 @@
     python bench/sqlite_scaling.py                    # 10,000 jobs, 1/2/4 workers, 3 rounds
     python bench/sqlite_scaling.py --quick            # seconds: 500 jobs, 1 round (the smoke run)
     python bench/sqlite_scaling.py --workers 1 4 --rounds 5 --n 5000
+    python bench/sqlite_scaling.py --before /work/main/src   # and the tree before a change, same run
 
 Each measurement is one child process that starts ``--workers`` ``foundry worker
 qbench_tasks:app -c 8`` processes on one fresh ``sqlite:///`` file (the task of
@@ -24,7 +25,9 @@ single-writer ceiling in commits/s on this machine (``--ceiling-s`` seconds each
 **Rounds.** The worker counts run in ``--rounds`` rounds (3), forward in odd rounds and
 backward in even ones; the ratios are *paired*: within a round, the rate with N workers
 over the rate with one. The table shows per count the median of each figure and the
-median (range) of the paired ratios.
+median (range) of the paired ratios. With ``--before SRC`` every round also measures
+each count with that source tree (``PYTHONPATH``), the two trees alternating too, and
+the table adds the paired ratio of this tree's rate over that tree's.
 """
 
 from __future__ import annotations
@@ -198,15 +201,17 @@ def ceiling(processes: int, seconds: float) -> float:
 # -- the parent ----------------------------------------------------------------------------------
 
 
-def measure(workers: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure(workers: int, args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(workers), "--n", str(args.n), "--m", str(args.m)]
     cmd += ["--rate", str(args.rate)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"workers": workers, "error": " | ".join(tail)[-300:]}
     got: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    got["ceiling"] = ceiling(workers, args.ceiling_s)
+    if src is None:
+        got["ceiling"] = ceiling(workers, args.ceiling_s)
     return got
 
 
@@ -215,7 +220,9 @@ def ratio(values: list[float]) -> str:
     return f"{med:.2f}×" if len(values) == 1 else f"{med:.2f}× ({min(values):.2f}–{max(values):.2f})"
 
 
-def table(rounds: list[dict[int, dict[str, Any]]], args: argparse.Namespace) -> None:
+def table(
+    rounds: list[dict[int, dict[str, Any]]], before: list[dict[int, dict[str, Any]]], args: argparse.Namespace
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -224,22 +231,38 @@ def table(rounds: list[dict[int, dict[str, Any]]], args: argparse.Namespace) -> 
         f"median of {len(rounds)} round(s), ratios paired per round vs 1 worker (range)"
     )
     cols = (
+        "tree",
         "workers",
         "jobs/s",
         "vs 1 worker",
         "submit ms p50/p99 (burst)",
         "submit ms p50/p99 (at rate)",
         "submit→start ms p50/p99",
+        "CPU µs/job submitter·workers",
         "plain SQLite commits/s",
         "vs 1 process",
     )
     for col in cols:
         t.add_column(col, justify="right")
+    for tree, runs in (("before", before), ("this", rounds)):
+        if runs:
+            rows(t, tree, runs, rounds if tree == "before" else before, args)
+    Console(width=200).print(t)
+
+
+def rows(
+    t: Any,
+    tree: str,
+    rounds: list[dict[int, dict[str, Any]]],
+    other: list[dict[int, dict[str, Any]]],
+    args: Any,
+) -> None:
+    """One tree's rows; "this" tree's rate also as a paired ratio over the ``other`` tree's."""
     first = args.workers[0]
     for w in args.workers:
         ok = [r[w] for r in rounds if "rate" in r[w]]
         if not ok:
-            t.add_row(str(w), "failed", "", "", "", "", "", rounds[-1][w]["error"][:60])
+            t.add_row(tree, str(w), "failed", "", "", "", "", "", "", rounds[-1][w]["error"][:60])
             continue
 
         def med(field: str, rows: list[dict[str, Any]] = ok) -> float:
@@ -247,18 +270,24 @@ def table(rounds: list[dict[int, dict[str, Any]]], args: argparse.Namespace) -> 
 
         pairs = [r for r in rounds if "rate" in r[w] and "rate" in r[first]]
         vs = ratio([r[w]["rate"] / r[first]["rate"] for r in pairs]) if pairs else ""
-        cvs = ratio([r[w]["ceiling"] / r[first]["ceiling"] for r in pairs]) if pairs else ""
+        if tree == "this" and other:
+            mine = [
+                (a[w], b[w]) for a, b in zip(rounds, other, strict=True) if "rate" in a[w] and "rate" in b[w]
+            ]
+            vs += f"; {ratio([a['rate'] / b['rate'] for a, b in mine])} before" if mine else ""
+        ceil = [r for r in pairs if "ceiling" in r[w]]
         t.add_row(
+            tree,
             str(w),
             f"{med('rate'):,.0f}",
             vs,
             f"{med('burst_p50'):.3f} / {med('burst_p99'):.3f}",
             f"{med('steady_p50'):.3f} / {med('steady_p99'):.3f}",
             f"{med('p50'):.2f} / {med('p99'):.2f}",
-            f"{med('ceiling'):,.0f}",
-            cvs,
+            f"{med('cpu_submitter'):,.0f}·{med('cpu_workers'):,.0f}",
+            f"{med('ceiling', [r[w] for r in ceil]):,.0f}" if ceil else "",
+            ratio([r[w]["ceiling"] / r[first]["ceiling"] for r in ceil]) if ceil else "",
         )
-    Console(width=170).print(t)
 
 
 def main() -> None:
@@ -270,6 +299,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="rounds; each measures every count (3)")
     p.add_argument("--ceiling-s", type=float, default=1.0, help="seconds of each plain SQLite loop (1)")
     p.add_argument("--quick", action="store_true", help="500 jobs, 100 at the rate, one round")
+    p.add_argument("--before", help="also measure this source tree (its src folder) in every round")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -282,15 +312,23 @@ def main() -> None:
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     rounds: list[dict[int, dict[str, Any]]] = []
+    before: list[dict[int, dict[str, Any]]] = []
+    trees: list[str | None] = [None, args.before] if args.before else [None]
     for k in range(args.rounds):
         order = args.workers if k % 2 == 0 else args.workers[::-1]
-        got: dict[int, dict[str, Any]] = {}
-        for w in order:
-            r = got[w] = measure(w, args)
-            done = f"{r['rate']:,.0f} jobs/s" if "rate" in r else r["error"]
-            print(f"  round {k + 1}/{args.rounds} {w} worker(s): {done}", file=sys.stderr, flush=True)
-        rounds.append(got)
-    table(rounds, args)
+        got: dict[str | None, dict[int, dict[str, Any]]] = {tree: {} for tree in trees}
+        for i, w in enumerate(order):
+            for tree in trees if (k + i) % 2 == 0 else trees[::-1]:
+                r = got[tree][w] = measure(w, args, tree)
+                done = f"{r['rate']:,.0f} jobs/s" if "rate" in r else r["error"]
+                name = "before" if tree else "this"
+                print(
+                    f"  round {k + 1}/{args.rounds} {name} {w} worker(s): {done}", file=sys.stderr, flush=True
+                )
+        rounds.append(got[None])
+        if args.before:
+            before.append(got[args.before])
+    table(rounds, before, args)
 
 
 if __name__ == "__main__":
