@@ -141,6 +141,28 @@ class Doorbell:
 
     # -- ringing ---------------------------------------------------------------------
 
+    def listeners(self, kinds: Collection[str]) -> int:
+        """How many other processes listen to rings of ``kinds`` (unkinded ones too)."""
+        with self._ring_lock:
+            self._refresh()
+            return sum(1 for m in self._peers if m.partition(".")[0] in kinds or "." not in m)
+
+    def _refresh(self) -> bool:
+        """Re-read the markers if the directory changed; ``False`` if it is not there."""
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            return False
+        if mtime != self._seen:
+            with self._lock:
+                own = {marker for _, marker in self._listeners.values()}
+            try:
+                self._peers = sorted(m for m in os.listdir(self.dir) if m not in own)
+            except OSError:
+                return False
+            self._seen = mtime
+        return True
+
     def ring(
         self, message: bytes = EVERYTHING, kinds: Collection[str] | None = None, *, one: str | None = None
     ) -> None:
@@ -154,19 +176,7 @@ class Doorbell:
             self._ring(message, kinds, one)
 
     def _ring(self, message: bytes, kinds: Collection[str] | None, one: str | None) -> None:
-        try:
-            mtime = os.stat(self.dir).st_mtime_ns
-        except OSError:
-            return
-        if mtime != self._seen:
-            with self._lock:
-                own = {marker for _, marker in self._listeners.values()}
-            try:
-                self._peers = sorted(m for m in os.listdir(self.dir) if m not in own)
-            except OSError:
-                return
-            self._seen = mtime
-        if not self._peers:
+        if not self._refresh() or not self._peers:
             return
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -138,7 +138,6 @@ _CHECKPOINT_BYTES = 4 << 20  # the WAL size at which the background checkpointer
 
 _RING_MOST = 8192  # bytes of topics a ring carries; past that it says "look at everything"
 _ONE = b">"  # a ring for one claimer: b">HOPS\0topics"; passed on by a process with none waiting
-_HOPS = 8  # the most processes a ring for one claimer visits
 # With the bell, the look for commits nobody rang for (another tool's; a ring dropped from
 # a full socket is noticed by its receiver) comes this often at most: a ring meant for one
 # claimer leaves the others quiet while the file changes, and each look that saw a change
@@ -339,15 +338,22 @@ class _File:
         if len(message) > _RING_MOST:
             bell.ring(EVERYTHING, kinds)
         elif kinds == {"q"}:  # new work: one claimer is enough (it passes the ring on when busy)
-            bell.ring(_ONE + b"%d\0" % _HOPS + message, kinds, one="q")
+            _File._ring_one(bell, message)
         else:
             bell.ring(message, kinds)
+
+    @staticmethod
+    def _ring_one(bell: Doorbell, message: bytes, hops: int | None = None) -> None:
+        """Ring one claimer; it may pass the ring on ``hops`` times (to each other one)."""
+        if hops is None:
+            hops = bell.listeners("q") - 1
+        bell.ring(_ONE + b"%d\0" % max(0, hops) + message, {"q"}, one="q")
 
     def more(self, topic: str) -> None:
         """A claim took all it asked for and more may be there: wake one more claimer
         (in another process: this one's claimer comes back by itself)."""
         if self.bell is not None:
-            self.bell.ring(_ONE + b"%d\0" % _HOPS + topic.encode(), {"q"}, one="q")
+            self._ring_one(self.bell, topic.encode())
 
     # -- the watcher of other processes ----------------------------------------------
 
@@ -362,12 +368,11 @@ class _File:
                     target=self._watch_loop, name="foundry-queue-watch", daemon=True
                 )
                 self._watcher.start()
-            if self.bell is not None and not self._stop.is_set():
-                kind = _kind(topic)
-                if kind not in self._kinds:
-                    self._kinds.add(kind)
-                    if self.bell.listen(kind) is not None:
-                        self.bell.nudge()  # the watcher waits on the sockets it knew: show it this one
+            kind = _kind(topic)
+            if self.bell is not None and not self._stop.is_set() and kind not in self._kinds:
+                self._kinds.add(kind)
+                if self.bell.listen(kind) is not None:
+                    self.bell.nudge()  # the watcher waits on the sockets it knew: show it this one
         try:
             yield
         finally:
@@ -448,7 +453,7 @@ class _File:
         for hops, message in forward:
             wanted = [t for t in message.decode(errors="replace").split("\0") if t]
             if hops > 0 and not any(t in here for t in wanted):
-                bell.ring(_ONE + b"%d\0" % (hops - 1) + message, {"q"}, one="q")
+                self._ring_one(bell, message, hops - 1)
 
     def close(self) -> None:
         self._stop.set()
