@@ -37,3 +37,16 @@ def test_queue_before_after_benchmark_runs() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "foundry-sqlite: jobs/s median before" in proc.stdout
+
+
+def test_sqlite_scaling_benchmark_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "sqlite_scaling.py"), "--quick", "--workers", "1", "2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "vs 1 worker" in proc.stdout
+    assert "failed" not in proc.stdout, proc.stdout

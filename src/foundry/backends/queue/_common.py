@@ -50,7 +50,6 @@ class Signals:
         self._gens: dict[str, int] = {}
         self._all = 0
         self._waiting: dict[str, int] = {}  # topic -> threads waiting on it now
-        self._left: dict[str, float] = {}  # topic -> when a wait on it last ended (monotonic)
 
     def gen(self, topic: str) -> tuple[int, int]:
         return (self._all, self._gens.get(topic, 0))
@@ -79,17 +78,11 @@ class Signals:
                 left = self._waiting.pop(topic) - 1
                 if left:
                     self._waiting[topic] = left
-                if len(self._left) > 10_000:
-                    self._left.clear()
-                self._left[topic] = time.monotonic()
 
-    def attended(self, topic: str, within: float) -> bool:
-        """Whether a thread waits on ``topic`` now, or left a wait on it less than
-        ``within`` seconds ago (it is about to look again)."""
+    def waiting(self, topic: str) -> int:
+        """How many threads wait on ``topic`` now."""
         with self._cond:
-            return (
-                bool(self._waiting.get(topic)) or time.monotonic() - self._left.get(topic, -math.inf) < within
-            )
+            return self._waiting.get(topic, 0)
 
 
 def watch_cancels(

@@ -48,6 +48,7 @@ full socket is noticed by its receiver, which then wakes everyone) when nothing 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import socket
@@ -143,7 +144,12 @@ _ONE = b">"  # a ring for one claimer: b">HOPS\0topics"; passed on by a process 
 # claimer leaves the others quiet while the file changes, and each look that saw a change
 # would wake every waiter of the process — the herd the rings avoid.
 _UNRUNG = 0.05
-_BACK = 0.005  # a claimer that left its wait this recently is about to claim again: keep the ring
+# A ring for one claimer that finds this process's claimers busy is held this long: if one
+# of them comes back to ``claim`` meanwhile (a worker that is full for a moment), it
+# looks at the queue itself and the ring goes no further; else it is passed on. So one
+# worker that keeps up takes the work in batches, and a worker full of long jobs delays
+# a new job by this much at most.
+_HOLD = 0.01
 
 
 def _kind(topic: str | None) -> str:
@@ -190,6 +196,8 @@ class _File:
         self._watch_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._kinds: set[str] = set()  # the kinds of rings listened to (while the watcher runs)
+        self._entered: dict[str, float] = {}  # queue topic -> when a claim last began here (monotonic)
+        self._held: list[tuple[float, int, bytes]] = []  # rings for one claimer: (heard at, hops, topics)
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self.bell = Doorbell(path) if supported() else None
@@ -369,6 +377,8 @@ class _File:
                 )
                 self._watcher.start()
             kind = _kind(topic)
+            if kind == "q" and topic is not None:
+                self._entered[topic] = time.monotonic()
             if self.bell is not None and not self._stop.is_set() and kind not in self._kinds:
                 self._kinds.add(kind)
                 if self.bell.listen(kind) is not None:
@@ -411,9 +421,15 @@ class _File:
                 idle_since = time.monotonic()
             sockets = self.bell.sockets() if self.bell is not None else []
             if sockets:
-                ready = select.select(sockets, [], [], max(self.poll, _UNRUNG))[0]
+                wait = max(self.poll, _UNRUNG)
+                if self._held:
+                    wait = max(0.0, min(wait, self._held[0][0] + _HOLD - time.monotonic()))
+                ready = select.select(sockets, [], [], wait)[0]
                 if ready:
                     self._heard(ready)
+                if self._held:
+                    self._pass_on()
+                if ready or self._held:
                     continue
             try:
                 changed = self._foreign_commits()
@@ -445,14 +461,26 @@ class _File:
                     with contextlib.suppress(ValueError):
                         forward.append((int(head[1:]), message))
                 topics.update(t for t in message.decode(errors="replace").split("\0") if t)
-        here = {t for t in topics if self.signals.attended(t, _BACK)}  # before the bump: its waiters leave
+        waited = {t for t in topics if self.signals.waiting(t)}  # before the bump: its waiters leave
         if everything:
             self.signals.bump_all()
         elif topics:
             self.signals.bump(*topics)
+        now = time.monotonic()
         for hops, message in forward:
             wanted = [t for t in message.decode(errors="replace").split("\0") if t]
-            if hops > 0 and not any(t in here for t in wanted):
+            if hops > 0 and not any(t in waited for t in wanted):
+                self._held.append((now, hops, message))
+
+    def _pass_on(self) -> None:
+        """Pass on the held rings for one claimer whose time is up and that no claimer
+        of this process has come back for."""
+        bell = self.bell
+        now = time.monotonic()
+        while self._held and self._held[0][0] + _HOLD <= now:
+            heard, hops, message = self._held.pop(0)
+            wanted = [t for t in message.decode(errors="replace").split("\0") if t]
+            if bell is not None and not any(self._entered.get(t, -math.inf) > heard for t in wanted):
                 self._ring_one(bell, message, hops - 1)
 
     def close(self) -> None:
