@@ -56,6 +56,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
@@ -143,7 +144,7 @@ _ONE = b">"  # a ring for one claimer: b">HOPS\0topics"; passed on by a process 
 # a full socket is noticed by its receiver) comes this often at most: a ring meant for one
 # claimer leaves the others quiet while the file changes, and each look that saw a change
 # would wake every waiter of the process — the herd the rings avoid.
-_UNRUNG = 0.05
+_UNRUNG = 0.5
 # A ring for one claimer that finds this process's claimers busy is held this long: if one
 # of them comes back to ``claim`` meanwhile (a worker that is full for a moment), it
 # looks at the queue itself and the ring goes no further; else it is passed on. So one
@@ -197,7 +198,9 @@ class _File:
         self._watcher: threading.Thread | None = None
         self._kinds: set[str] = set()  # the kinds of rings listened to (while the watcher runs)
         self._entered: dict[str, float] = {}  # queue topic -> when a claim last began here (monotonic)
-        self._held: list[tuple[float, int, bytes]] = []  # rings for one claimer: (heard at, hops, topics)
+        # rings for one claimer to pass on unless a claimer here comes back: (since, hops, topics);
+        # appended by the watcher and by ``more`` (a deque: two threads), popped by the watcher
+        self._held: deque[tuple[float, int, bytes]] = deque()
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self.bell = Doorbell(path) if supported() else None
@@ -358,10 +361,11 @@ class _File:
         bell.ring(_ONE + b"%d\0" % max(0, hops) + message, {"q"}, one="q")
 
     def more(self, topic: str) -> None:
-        """A claim took all it asked for and more may be there: wake one more claimer
-        (in another process: this one's claimer comes back by itself)."""
+        """A claim took all it asked for and more may be there: unless this process's
+        claimer comes back for it within ``_HOLD`` (a worker that keeps up), wake a
+        claimer in another process (a burst spreads over the workers that have room)."""
         if self.bell is not None:
-            self._ring_one(self.bell, topic.encode())
+            self._held.append((time.monotonic(), self.bell.listeners("q"), topic.encode()))
 
     # -- the watcher of other processes ----------------------------------------------
 
@@ -478,7 +482,7 @@ class _File:
         bell = self.bell
         now = time.monotonic()
         while self._held and self._held[0][0] + _HOLD <= now:
-            heard, hops, message = self._held.pop(0)
+            heard, hops, message = self._held.popleft()
             wanted = [t for t in message.decode(errors="replace").split("\0") if t]
             if bell is not None and not any(self._entered.get(t, -math.inf) > heard for t in wanted):
                 self._ring_one(bell, message, hops - 1)
