@@ -18,7 +18,7 @@ import pytest
 from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends.queue import open_queue_backend
 from foundry.backends.queue.base import NewJob
-from foundry.backends.queue.sqlite import SqliteQueue
+from foundry.backends.queue.sqlite import SqliteQueue, _kind
 
 pytestmark = pytest.mark.skipif(not supported(), reason="the doorbell uses Linux abstract sockets")
 
@@ -149,7 +149,7 @@ def test_a_claim_or_a_heartbeat_rings_nobody_new_work_rings_claimers(tmp_path: P
     url = f"sqlite:///{tmp_path / 'q.db'}"
     backend = open_queue_backend(url)
     listener = Doorbell(str(tmp_path / "q.db"))  # another process's claimers and result waiters
-    claimers, waiters = listener.listen("q"), listener.listen("j")
+    claimers, waiters = listener.listen(_kind("queue:bells")), listener.listen("j")
     try:
         backend.enqueue(NewJob(id="a", queue="bells", unit="u", payload=b"{}"))
         assert _readable(claimers, 5)
@@ -177,11 +177,11 @@ def test_a_process_whose_claimer_is_busy_passes_new_work_on(tmp_path: Path) -> N
         with files[0].watching("queue:bells"), files[1].watching("queue:bells"):  # both listen
             assert all(f.bell is not None for f in files)
             # The ring goes to the first listener in the bell's order: make it the busy one.
-            busy, idle = sorted(files, key=lambda f: f.bell._listeners["q"][1])  # type: ignore[union-attr]
+            busy, idle = sorted(files, key=lambda f: f.bell._listeners[_kind("queue:bells")][1])  # type: ignore[union-attr]
             time.sleep(0.2)
             for _ in range(2):
                 since = idle.signals.gen("queue:bells")
-                ringer.ring(b">8\0queue:bells", {"q"}, one="q")
+                ringer.ring(b">8\0queue:bells", {_kind("queue:bells")}, one="q")
                 assert idle.signals.wait("queue:bells", since, 5), "the busy process did not pass it on"
                 assert busy.signals.gen("queue:bells") != (0, 0)  # it heard it first
                 time.sleep(0.01)  # past the moment it counts as coming back to claim

@@ -27,11 +27,12 @@ abstract-namespace socket, listed by marker files in ``<file>-wake/``), and the 
 what moved, so only the waiters of that go and look:
 
 * a commit that gives a queue new work (an enqueue, a retry, a job given back) rings
-  **one** claimer — the first listener in a fixed order, so at a modest rate one worker
-  process takes everything, as if it were alone — and a process whose claimer is not
-  waiting passes the ring on to the next; a claim that took all it asked for rings the
-  next claimer too (there may be more). N worker processes do not all wake, look, and
-  race for the write lock over every job;
+  **one** claimer — the first listener in a fixed order, so one worker process that
+  keeps up takes everything, in batches, as if it were alone. A process whose claimer
+  is not waiting holds the ring 10 ms: if its claimer comes back to ``claim`` meanwhile
+  it looks at the queue itself, else the ring goes on to the next process (once to each
+  at most). A claim that took all it asked for does the same for "there may be more".
+  N worker processes do not all wake, look, and race for the write lock over every job;
 * a job that ended rings the processes waiting for jobs' results, a cancel request the
   processes watching for cancels;
 * a claim, a heartbeat, a progress note ring nobody (nobody waits for them).
@@ -40,14 +41,16 @@ The watcher thread of each process (it runs while somebody waits) turns rings in
 wake-ups, and looks at ``PRAGMA data_version`` — it changes only when *another*
 process committed — for a commit nobody rang for (another tool's; a ring dropped from a
 full socket is noticed by its receiver, which then wakes everyone) when nothing rang for
-50 ms, or ``poll`` if longer. Where there is no doorbell the watcher polls every
-``poll`` (0.5 ms after activity, backing off). So ``capabilities.notify`` stays
-``False``: the database is the truth, the bell a hint.
+0.5 s, or ``poll`` if longer (every waiter re-reads the store within a second anyway).
+Where there is no doorbell the watcher polls every ``poll`` (0.5 ms after activity,
+backing off). So ``capabilities.notify`` stays ``False``: the database is the truth,
+the bell a hint. A ring for new work reaches only the claimers of *that* queue.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import select
@@ -154,12 +157,13 @@ _HOLD = 0.01
 
 
 def _kind(topic: str | None) -> str:
-    """The doorbell kind of a topic: claimers (``q``), a job's waiters (``j``), the rest
-    (``c``: cancel requests); ``""`` for a waiter of everything."""
+    """The doorbell kind of a topic: one queue's claimers (``q`` and a digest of its
+    name: new work on one queue never wakes another's workers), a job's waiters (``j``),
+    the rest (``c``: cancel requests); ``""`` for a waiter of everything."""
     if topic is None:
         return ""
     if topic.startswith("queue:"):
-        return "q"
+        return "q" + hashlib.sha256(topic.encode()).hexdigest()[:12]
     return "j" if topic.startswith("job:") else "c"
 
 
@@ -348,24 +352,24 @@ class _File:
         message = "\0".join(topics).encode()
         if len(message) > _RING_MOST:
             bell.ring(EVERYTHING, kinds)
-        elif kinds == {"q"}:  # new work: one claimer is enough (it passes the ring on when busy)
-            _File._ring_one(bell, message)
+        elif len(kinds) == 1 and topics[0].startswith("queue:"):  # new work on one queue: one
+            _File._ring_one(bell, _kind(topics[0]), message)  # claimer is enough (it passes it on when busy)
         else:
             bell.ring(message, kinds)
 
     @staticmethod
-    def _ring_one(bell: Doorbell, message: bytes, hops: int | None = None) -> None:
-        """Ring one claimer; it may pass the ring on ``hops`` times (to each other one)."""
+    def _ring_one(bell: Doorbell, kind: str, message: bytes, hops: int | None = None) -> None:
+        """Ring one claimer of ``kind``; it may pass the ring on ``hops`` times (to each other one)."""
         if hops is None:
-            hops = bell.listeners("q") - 1
-        bell.ring(_ONE + b"%d\0" % max(0, hops) + message, {"q"}, one="q")
+            hops = bell.listeners({kind}) - 1
+        bell.ring(_ONE + b"%d\0" % max(0, hops) + message, {kind}, one=kind)
 
     def more(self, topic: str) -> None:
         """A claim took all it asked for and more may be there: unless this process's
         claimer comes back for it within ``_HOLD`` (a worker that keeps up), wake a
         claimer in another process (a burst spreads over the workers that have room)."""
         if self.bell is not None:
-            self._held.append((time.monotonic(), self.bell.listeners("q"), topic.encode()))
+            self._held.append((time.monotonic(), self.bell.listeners({_kind(topic)}), topic.encode()))
 
     # -- the watcher of other processes ----------------------------------------------
 
@@ -381,7 +385,7 @@ class _File:
                 )
                 self._watcher.start()
             kind = _kind(topic)
-            if kind == "q" and topic is not None:
+            if topic is not None and topic.startswith("queue:"):
                 self._entered[topic] = time.monotonic()
             if self.bell is not None and not self._stop.is_set() and kind not in self._kinds:
                 self._kinds.add(kind)
@@ -484,8 +488,12 @@ class _File:
         while self._held and self._held[0][0] + _HOLD <= now:
             heard, hops, message = self._held.popleft()
             wanted = [t for t in message.decode(errors="replace").split("\0") if t]
-            if bell is not None and not any(self._entered.get(t, -math.inf) > heard for t in wanted):
-                self._ring_one(bell, message, hops - 1)
+            if (
+                bell is not None
+                and wanted
+                and not any(self._entered.get(t, -math.inf) > heard for t in wanted)
+            ):
+                self._ring_one(bell, _kind(wanted[0]), message, hops - 1)
 
     def close(self) -> None:
         self._stop.set()
