@@ -129,6 +129,7 @@ class Doorbell:
             markers = [marker for _, marker in self._listeners.values()]
         for marker in markers[:1]:
             with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.setblocking(False)  # a full queue wakes its listener anyway: never wait for room
                 s.sendto(b"!", self._address(marker))
 
     def stop_listening(self) -> None:

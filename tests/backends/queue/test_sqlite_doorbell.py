@@ -3,6 +3,7 @@ waiter in another at once, not at its next poll; dead listeners are forgotten.""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import select
@@ -10,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -189,3 +191,21 @@ def test_a_process_whose_claimer_is_busy_passes_new_work_on(tmp_path: Path) -> N
         ringer.close()
         for f in files:
             f.close()
+
+
+def test_a_nudge_never_waits_for_room_in_a_full_listener(tmp_path: Path) -> None:
+    # A nudge is sent by a thread that may hold what the listening thread needs before it
+    # can drain: a blocking send into a full queue would deadlock the two.
+    bell = Doorbell(str(tmp_path / "q.db"))
+    sock = bell.listen("x")
+    assert sock is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(100_000):
+                s.sendto(b"!", sock.getsockname())
+    nudged = threading.Thread(target=bell.nudge, daemon=True)
+    nudged.start()
+    nudged.join(5)
+    assert not nudged.is_alive(), "nudge blocked on a full listener"
+    bell.close()

@@ -377,6 +377,7 @@ class _File:
     def watching(self, topic: str | None = None) -> Iterator[None]:
         """Held while a caller waits for ``topic`` (``None``: for anything): the watcher
         runs, listening to the rings of its kind."""
+        new = False
         with self._watch_lock:
             self._waiting += 1
             if self._watcher is None and not self._stop.is_set():
@@ -389,8 +390,9 @@ class _File:
                 self._entered[topic] = time.monotonic()
             if self.bell is not None and not self._stop.is_set() and kind not in self._kinds:
                 self._kinds.add(kind)
-                if self.bell.listen(kind) is not None:
-                    self.bell.nudge()  # the watcher waits on the sockets it knew: show it this one
+                new = self.bell.listen(kind) is not None
+        if new and self.bell is not None:
+            self.bell.nudge()  # (outside the lock) the watcher waits on the sockets it knew: show it this one
         try:
             yield
         finally:
