@@ -142,12 +142,6 @@ class Doorbell:
 
     # -- ringing ---------------------------------------------------------------------
 
-    def listeners(self, kinds: Collection[str]) -> int:
-        """How many other processes listen to rings of ``kinds`` (unkinded ones too)."""
-        with self._ring_lock:
-            self._refresh()
-            return sum(1 for m in self._peers if m.partition(".")[0] in kinds or "." not in m)
-
     def _refresh(self) -> bool:
         """Re-read the markers if the directory changed; ``False`` if it is not there."""
         try:
@@ -165,20 +159,29 @@ class Doorbell:
         return True
 
     def ring(
-        self, message: bytes = EVERYTHING, kinds: Collection[str] | None = None, *, one: str | None = None
+        self,
+        message: bytes | Callable[[int], bytes] = EVERYTHING,
+        kinds: Collection[str] | None = None,
+        *,
+        one: str | None = None,
     ) -> None:
         """Send ``message`` to every other listener of one of ``kinds`` (``None``: to
         all) and to every unkinded one. With ``one`` (a kind this process listens to, or
         not), only the first live listener of ``kinds`` in a fixed order gets it —
         starting after this process's own listener of ``one``, so a listener that passes
         a ring on passes it to the next — and every unkinded one. Never raises; one
-        ``stat`` when nobody listens."""
+        ``stat`` when nobody listens. ``message`` may be made from the number of other
+        listeners of ``kinds`` (a callable)."""
         with self._ring_lock:
             self._ring(message, kinds, one)
 
-    def _ring(self, message: bytes, kinds: Collection[str] | None, one: str | None) -> None:
+    def _ring(
+        self, message: bytes | Callable[[int], bytes], kinds: Collection[str] | None, one: str | None
+    ) -> None:
         if not self._refresh() or not self._peers:
             return
+        if callable(message):
+            message = message(sum(1 for m in self._peers if kinds is None or m.partition(".")[0] in kinds))
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)

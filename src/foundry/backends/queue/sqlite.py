@@ -50,6 +50,7 @@ the bell a hint. A ring for new work reaches only the claimers of *that* queue.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -156,6 +157,7 @@ _UNRUNG = 0.5
 _HOLD = 0.01
 
 
+@functools.lru_cache(maxsize=1024)
 def _kind(topic: str | None) -> str:
     """The doorbell kind of a topic: one queue's claimers (``q`` and a digest of its
     name: new work on one queue never wakes another's workers), a job's waiters (``j``),
@@ -359,17 +361,20 @@ class _File:
 
     @staticmethod
     def _ring_one(bell: Doorbell, kind: str, message: bytes, hops: int | None = None) -> None:
-        """Ring one claimer of ``kind``; it may pass the ring on ``hops`` times (to each other one)."""
-        if hops is None:
-            hops = bell.listeners({kind}) - 1
-        bell.ring(_ONE + b"%d\0" % max(0, hops) + message, {kind}, one=kind)
+        """Ring one claimer of ``kind``; it may pass the ring on ``hops`` times (by default
+        once to each other claimer)."""
+
+        def make(listeners: int) -> bytes:
+            return _ONE + b"%d\0" % max(0, listeners - 1 if hops is None else hops) + message
+
+        bell.ring(make, {kind}, one=kind)
 
     def more(self, topic: str) -> None:
         """A claim took all it asked for and more may be there: unless this process's
         claimer comes back for it within ``_HOLD`` (a worker that keeps up), wake a
         claimer in another process (a burst spreads over the workers that have room)."""
         if self.bell is not None:
-            self._held.append((time.monotonic(), self.bell.listeners({_kind(topic)}), topic.encode()))
+            self._held.append((time.monotonic(), -1, topic.encode()))  # -1: once to each other claimer
 
     # -- the watcher of other processes ----------------------------------------------
 
@@ -495,7 +500,7 @@ class _File:
                 and wanted
                 and not any(self._entered.get(t, -math.inf) > heard for t in wanted)
             ):
-                self._ring_one(bell, _kind(wanted[0]), message, hops - 1)
+                self._ring_one(bell, _kind(wanted[0]), message, None if hops < 0 else hops - 1)
 
     def close(self) -> None:
         self._stop.set()
