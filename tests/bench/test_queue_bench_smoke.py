@@ -1,6 +1,6 @@
 """A few-second smoke run of bench/queues.py: Foundry's embedded SQLite queue and
 huey+SQLite, 200 jobs each, with their real worker processes (speed itself is measured
-in bench/, not here)."""
+in bench/, not here); and of bench/queues_ab.py and bench/sqlite_scaling.py."""
 
 from __future__ import annotations
 
@@ -11,29 +11,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_queue_benchmark_runs() -> None:
+def bench(script: str, *options: str) -> str:
+    """Run ``bench/<script>`` with ``options``; its output (it must succeed)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "queues.py"), "--quick", "--m", "10", "--gap", "0.005"],
+        [sys.executable, str(ROOT / "bench" / script), *options],
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "Foundry (embedded)" in proc.stdout
-    assert "Huey" in proc.stdout
-    assert "failed" not in proc.stdout, proc.stdout
+    return proc.stdout
+
+
+def test_queue_benchmark_runs() -> None:
+    out = bench("queues.py", "--quick", "--m", "10", "--gap", "0.005")
+    assert "Foundry (embedded)" in out
+    assert "Huey" in out
+    assert "failed" not in out, out
 
 
 def test_queue_before_after_benchmark_runs() -> None:
     src = str(ROOT / "src")
     options = ["--only", "foundry-sqlite", "--rounds", "1", "--n", "200", "--m", "5"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "queues_ab.py"), "--before", src, "--after", src, *options],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "foundry-sqlite: jobs/s median before" in proc.stdout
+    out = bench("queues_ab.py", "--before", src, "--after", src, *options)
+    assert "foundry-sqlite: jobs/s median before" in out
+
+
+def test_sqlite_scaling_benchmark_runs() -> None:
+    out = bench("sqlite_scaling.py", "--quick", "--workers", "1", "2")
+    assert "vs 1 worker" in out
+    assert "failed" not in out, out

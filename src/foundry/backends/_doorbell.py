@@ -6,6 +6,14 @@ leaves a marker file named after it in ``<db>-wake/``. A process that commits *r
 it sends one byte to every listener whose marker it sees. The directory is re-listed
 only when its mtime changes, so a commit with nobody listening costs one ``stat``.
 
+**What changed.** A ring may say what it is about: a *kind* picks the listeners it goes
+to (a listener of one kind has a marker named ``<kind>.<name>``; an unkinded marker
+hears every ring), and its datagram may carry the topics that moved (``\\0``-separated),
+so a listener wakes only the waiters of those topics. ``b"!"`` — what every older ring
+sends — means "something changed: look at everything". A ring nobody needs (a commit
+that makes nothing claimable and ends nothing) is simply not sent: a process is woken
+only by what it waits for.
+
 A listener that died (even by SIGKILL) is noticed by the ring itself (its address
 refuses the datagram) and its marker is removed. A full socket buffer means the
 listener has wake-ups pending anyway, so the ring is dropped. The bell only makes a
@@ -23,6 +31,7 @@ journal hears the other processes through ``LISTEN`` instead of the bell (its
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import os
@@ -32,9 +41,23 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-__all__ = ["Doorbell", "Wakeups", "supported"]
+__all__ = ["EVERYTHING", "QUEUE_LIMIT", "Doorbell", "Wakeups", "supported"]
+
+EVERYTHING = b"!"  # a ring that says "look at everything" (the only one older versions send)
+
+
+def _queue_limit() -> int:
+    """How many rings a listener's socket holds before the next is dropped."""
+    try:
+        with open("/proc/sys/net/unix/max_dgram_qlen") as f:
+            return max(1, int(f.read()))
+    except (OSError, ValueError):
+        return 10
+
+
+QUEUE_LIMIT = _queue_limit()  # a listener that reads this many at once may have missed some
 
 
 def supported() -> bool:
@@ -49,86 +72,139 @@ class Doorbell:
         self.dir = path + "-wake"
         self._key = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:20]
         self._sender: socket.socket | None = None
-        self._listener: socket.socket | None = None
-        self._marker: str | None = None
+        self._lock = threading.Lock()  # the listeners (listen/stop) against a ring's look at them
+        self._listeners: dict[str, tuple[socket.socket, str]] = {}  # kind -> (socket, marker)
         self._peers: list[str] = []
         self._seen: int | None = None  # the directory's mtime when _peers was read
+        self._ring_lock = threading.Lock()  # rings from two threads (a commit's, a forward)
 
     def _address(self, marker: str) -> bytes:
         return b"\0foundry-wake-" + self._key.encode() + b"-" + marker.encode()
 
     # -- listening -------------------------------------------------------------------
 
-    def listen(self) -> socket.socket | None:
-        """Start listening; the socket to wait on (``None`` when the bell cannot work
-        here: the caller then only polls)."""
-        if self._listener is not None:
-            return self._listener
-        marker = f"{os.getpid()}-{secrets.token_hex(4)}"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.bind(self._address(marker))
-            sock.setblocking(False)
-            os.makedirs(self.dir, exist_ok=True)
-            with open(os.path.join(self.dir, marker), "x"):
-                pass
-        except OSError:
-            sock.close()
-            return None
-        self._listener, self._marker = sock, marker
-        return sock
+    def listen(self, kind: str = "") -> socket.socket | None:
+        """Start listening to the rings of ``kind`` (``""``: every ring); the socket to
+        wait on (``None`` when the bell cannot work here: the caller then only polls)."""
+        with self._lock:
+            got = self._listeners.get(kind)
+            if got is not None:
+                return got[0]
+            name = f"{os.getpid()}-{secrets.token_hex(4)}"
+            marker = f"{kind}.{name}" if kind else name
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.bind(self._address(marker))
+                sock.setblocking(False)
+                os.makedirs(self.dir, exist_ok=True)
+                with open(os.path.join(self.dir, marker), "x"):
+                    pass
+            except OSError:
+                sock.close()
+                return None
+            self._listeners[kind] = (sock, marker)
+            return sock
+
+    def sockets(self) -> list[socket.socket]:
+        """The sockets listening now (one per kind)."""
+        with self._lock:
+            return [sock for sock, _ in self._listeners.values()]
+
+    def receive(self, sock: socket.socket) -> list[bytes]:
+        """The rings received so far on ``sock`` (one of :meth:`sockets`), in order."""
+        got: list[bytes] = []
+        with contextlib.suppress(OSError):
+            while data := sock.recv(65536):
+                got.append(data)
+        return got
 
     def drain(self) -> None:
         """Swallow the rings received so far."""
-        sock = self._listener
-        if sock is None:
-            return
-        with contextlib.suppress(OSError):
-            while sock.recv(64):
-                pass
+        for sock in self.sockets():
+            self.receive(sock)
 
     def nudge(self) -> None:
         """Wake this process's own listener (to make its waiting thread look at a flag)."""
-        sock, marker = self._listener, self._marker
-        if sock is None or marker is None:
-            return
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.sendto(b"!", self._address(marker))
+        with self._lock:
+            markers = [marker for _, marker in self._listeners.values()]
+        for marker in markers[:1]:
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.setblocking(False)  # a full queue wakes its listener anyway: never wait for room
+                s.sendto(b"!", self._address(marker))
 
     def stop_listening(self) -> None:
-        sock, marker = self._listener, self._marker
-        self._listener = self._marker = None
-        if marker is not None:
+        with self._lock:
+            listeners, self._listeners = list(self._listeners.values()), {}
+        for sock, marker in listeners:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.dir, marker))
-        if sock is not None:
             sock.close()
 
     # -- ringing ---------------------------------------------------------------------
 
-    def ring(self) -> None:
-        """Wake every other listener (never raises; one ``stat`` when nobody listens)."""
+    def _refresh(self) -> bool:
+        """Re-read the markers if the directory changed; ``False`` if it is not there."""
         try:
             mtime = os.stat(self.dir).st_mtime_ns
         except OSError:
-            return
+            return False
         if mtime != self._seen:
+            with self._lock:
+                own = {marker for _, marker in self._listeners.values()}
             try:
-                self._peers = [m for m in os.listdir(self.dir) if m != self._marker]
+                self._peers = sorted(m for m in os.listdir(self.dir) if m not in own)
             except OSError:
-                return
+                return False
             self._seen = mtime
-        if not self._peers:
+        return True
+
+    def ring(
+        self,
+        message: bytes | Callable[[int], bytes] = EVERYTHING,
+        kinds: Collection[str] | None = None,
+        *,
+        one: str | None = None,
+    ) -> None:
+        """Send ``message`` to every other listener of one of ``kinds`` (``None``: to
+        all) and to every unkinded one. With ``one`` (a kind this process listens to, or
+        not), only the first live listener of ``kinds`` in a fixed order gets it —
+        starting after this process's own listener of ``one``, so a listener that passes
+        a ring on passes it to the next — and every unkinded one. Never raises; one
+        ``stat`` when nobody listens. ``message`` may be made from the number of other
+        listeners of ``kinds`` (a callable)."""
+        with self._ring_lock:
+            self._ring(message, kinds, one)
+
+    def _ring(
+        self, message: bytes | Callable[[int], bytes], kinds: Collection[str] | None, one: str | None
+    ) -> None:
+        if not self._refresh() or not self._peers:
             return
+        if callable(message):
+            message = message(sum(1 for m in self._peers if kinds is None or m.partition(".")[0] in kinds))
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
         gone = []
-        for marker in self._peers:
+        order = self._peers
+        if one is not None:
+            with self._lock:
+                mine = self._listeners.get(one)
+            if mine is not None:
+                cut = bisect.bisect_right(order, mine[1])
+                order = order[cut:] + order[:cut]
+        rung = False
+        for marker in order:
+            kind, dot, _ = marker.partition(".")
+            if dot and kinds is not None and kind not in kinds:
+                continue
+            if dot and one is not None and rung:
+                continue
             try:
-                self._sender.sendto(b"!", self._address(marker))
-            except BlockingIOError:
-                continue  # its buffer is full: it has rings to read already
+                self._sender.sendto(message, self._address(marker))
+                rung = rung or bool(dot)
+            except BlockingIOError:  # its queue is full: it has rings to read, and will look at everything
+                pass  # (a ring for one goes on to the next: this one is not reading)
             except OSError:  # refused or not there: the listener is dead
                 gone.append(marker)
         for marker in gone:

@@ -3,12 +3,15 @@ waiter in another at once, not at its next poll; dead listeners are forgotten.""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import pytest
 from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends.queue import open_queue_backend
 from foundry.backends.queue.base import NewJob
-from foundry.backends.queue.sqlite import SqliteQueue
+from foundry.backends.queue.sqlite import SqliteQueue, _kind
 
 pytestmark = pytest.mark.skipif(not supported(), reason="the doorbell uses Linux abstract sockets")
 
@@ -105,3 +108,104 @@ def backend_jobs(url: str) -> list[str]:
         return [c.id for c in backend.claim("bells", "w", lease=30, limit=10, timeout=1)]
     finally:
         backend.close()
+
+
+def _readable(sock: socket.socket | None, wait: float = 0.0) -> bool:
+    assert sock is not None
+    return bool(select.select([sock], [], [], wait)[0])
+
+
+def test_a_ring_for_one_reaches_one_listener_of_its_kind_and_every_unkinded_one(tmp_path: Path) -> None:
+    db = str(tmp_path / "q.db")
+    claimers = [Doorbell(db) for _ in range(3)]  # each Doorbell is one process's listeners
+    queues = [c.listen("q") for c in claimers]
+    old, results = Doorbell(db), Doorbell(db)
+    everything, jobs = old.listen(), results.listen("j")  # an older version's listener is unkinded
+    ringer = Doorbell(db)
+    try:
+        ringer.ring(b"queue:x", {"q"}, one="q")
+        time.sleep(0.05)
+        assert sum(_readable(s) for s in queues) == 1
+        assert _readable(everything)
+        assert not _readable(jobs)
+        first = next(c for c, s in zip(claimers, queues, strict=True) if _readable(s))
+        for c in (*claimers, old):
+            c.drain()
+        first.ring(b"queue:x", {"q"}, one="q")  # passed on: to the next one, never back to itself
+        time.sleep(0.05)
+        got = [_readable(s) for s in queues]
+        assert sum(got) == 1
+        assert not got[claimers.index(first)]
+        for c in (*claimers, old):
+            c.drain()
+        ringer.ring(b"queue:x", {"q"})  # for every claimer
+        time.sleep(0.05)
+        assert all(_readable(s) for s in queues)
+        assert not _readable(jobs)
+    finally:
+        for bell in (*claimers, old, results, ringer):
+            bell.close()
+
+
+def test_a_claim_or_a_heartbeat_rings_nobody_new_work_rings_claimers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    backend = open_queue_backend(url)
+    listener = Doorbell(str(tmp_path / "q.db"))  # another process's claimers and result waiters
+    claimers, waiters = listener.listen(_kind("queue:bells")), listener.listen("j")
+    try:
+        backend.enqueue(NewJob(id="a", queue="bells", unit="u", payload=b"{}"))
+        assert _readable(claimers, 5)
+        assert not _readable(waiters)
+        listener.drain()
+        (job,) = backend.claim("bells", "w", lease=30, limit=10, timeout=1)
+        assert backend.heartbeat(job.id, job.token, lease=30)
+        assert not _readable(claimers, 0.1)
+        assert not _readable(waiters)
+        assert backend.complete(job.id, job.token, b"1")
+        assert _readable(waiters, 5)
+        assert not _readable(claimers)
+    finally:
+        listener.close()
+        backend.close()
+
+
+def test_a_process_whose_claimer_is_busy_passes_new_work_on(tmp_path: Path) -> None:
+    from foundry.backends.queue.sqlite import _File
+
+    path = str(tmp_path / "q.db")
+    files = [_File(path, "NORMAL", 5.0, 60.0) for _ in range(2)]  # two "processes"
+    ringer = Doorbell(path)
+    try:
+        with files[0].watching("queue:bells"), files[1].watching("queue:bells"):  # both listen
+            assert all(f.bell is not None for f in files)
+            # The ring goes to the first listener in the bell's order: make it the busy one.
+            busy, idle = sorted(files, key=lambda f: f.bell._listeners[_kind("queue:bells")][1])  # type: ignore[union-attr]
+            time.sleep(0.2)
+            for _ in range(2):
+                since = idle.signals.gen("queue:bells")
+                ringer.ring(b">8\0queue:bells", {_kind("queue:bells")}, one="q")
+                assert idle.signals.wait("queue:bells", since, 5), "the busy process did not pass it on"
+                assert busy.signals.gen("queue:bells") != (0, 0)  # it heard it first
+                time.sleep(0.01)  # past the moment it counts as coming back to claim
+    finally:
+        ringer.close()
+        for f in files:
+            f.close()
+
+
+def test_a_nudge_never_waits_for_room_in_a_full_listener(tmp_path: Path) -> None:
+    # A nudge is sent by a thread that may hold what the listening thread needs before it
+    # can drain: a blocking send into a full queue would deadlock the two.
+    bell = Doorbell(str(tmp_path / "q.db"))
+    sock = bell.listen("x")
+    assert sock is not None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(100_000):
+                s.sendto(b"!", sock.getsockname())
+    nudged = threading.Thread(target=bell.nudge, daemon=True)
+    nudged.start()
+    nudged.join(5)
+    assert not nudged.is_alive(), "nudge blocked on a full listener"
+    bell.close()

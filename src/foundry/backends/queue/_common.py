@@ -49,6 +49,7 @@ class Signals:
         self._cond = threading.Condition()
         self._gens: dict[str, int] = {}
         self._all = 0
+        self._waiting: dict[str, int] = {}  # topic -> threads waiting on it now
 
     def gen(self, topic: str) -> tuple[int, int]:
         return (self._all, self._gens.get(topic, 0))
@@ -70,7 +71,18 @@ class Signals:
     def wait(self, topic: str, since: tuple[int, int], timeout: float) -> bool:
         """Sleep until ``topic`` (or everything) moved past ``since``; ``False`` on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
+            self._waiting[topic] = self._waiting.get(topic, 0) + 1
+            try:
+                return self._cond.wait_for(lambda: self.gen(topic) != since, max(0.0, timeout))
+            finally:
+                left = self._waiting.pop(topic) - 1
+                if left:
+                    self._waiting[topic] = left
+
+    def waiting(self, topic: str) -> int:
+        """How many threads wait on ``topic`` now."""
+        with self._cond:
+            return self._waiting.get(topic, 0)
 
 
 def watch_cancels(

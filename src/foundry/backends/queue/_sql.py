@@ -195,8 +195,13 @@ class SqlQueue(SqlEngine):
     def _notify(self, conn: Any, topics: Sequence[str]) -> None:
         """Inside the write transaction: tell other processes (engines with notification)."""
 
-    def _watch(self) -> AbstractContextManager[None]:
-        """Held while a caller waits: keeps the cross-process wake-up source running."""
+    def _more(self, topic: str) -> None:
+        """After a claim that took all it asked for: more may be waiting (an engine
+        whose new-work wake-up reaches only one claimer wakes another)."""
+
+    def _watch(self, topic: str | None = None) -> AbstractContextManager[None]:
+        """Held while a caller waits for ``topic`` (``None``: anything): keeps the
+        cross-process wake-up source running."""
         raise NotImplementedError
 
     # -- plumbing, public for the family's other stores on the same tables ---------
@@ -299,10 +304,12 @@ class SqlQueue(SqlEngine):
 
     # -- claim -------------------------------------------------------------------
 
-    def _recover_lapsed(self, conn: Any, queue: str, now: float) -> None:
+    def _recover_lapsed(self, conn: Any, queue: str, now: float) -> list[str]:
         """Leases that lapsed: back to the queue, or to dead letters when poisonous. Only
         a delivery its worker marked ``alone`` is charged (``crashes``); any other goes
-        back uncharged, and is a suspect next time (see the contract in ``base``)."""
+        back uncharged, and is a suspect next time (see the contract in ``base``). The
+        topics to wake: the jobs that ended, and the queue when one went back to it."""
+        wake: set[str] = set()
         rows = self.fetch_all(
             conn,
             "SELECT seq, id, max_deliveries, crashes, alone, token, cancel_at FROM {jobs} WHERE queue = ? "
@@ -312,6 +319,7 @@ class SqlQueue(SqlEngine):
         for seq, job_id, max_deliveries, crashes, alone, token, cancel_at in rows:
             if cancel_at is not None:  # its cancel was requested: it ends here, uncharged
                 self.execute(conn, _CANCEL_HELD, (None, now, now, job_id))
+                wake.add(job_topic(str(job_id)))
                 continue
             f = Fields(job_id)
             try:
@@ -319,6 +327,7 @@ class SqlQueue(SqlEngine):
                 charged = f.integer("crashes", crashes) + (1 if alone is not None and alone == token else 0)
             except MalformedRecordError as exc:
                 self.execute(conn, _BURY, (dead_reason_for(exc), now, now + _DEAD_TTL, seq))
+                wake.add(job_topic(str(job_id)))
                 continue
             if charged >= most:
                 reason = (
@@ -332,6 +341,7 @@ class SqlQueue(SqlEngine):
                     "WHERE seq = ?",
                     (reason, charged, now, now, seq),
                 )
+                wake.add(job_topic(str(job_id)))
             else:
                 self.execute(
                     conn,
@@ -339,6 +349,8 @@ class SqlQueue(SqlEngine):
                     "lease_until = 0 WHERE seq = ?",
                     (charged, seq),
                 )
+                wake.add(queue_topic(queue))
+        return sorted(wake)
 
     def _lease_rows(self, conn: Any, rows: list[Any], now: float) -> list[Claimed]:
         """The leased rows as jobs, best first; a row that cannot be decoded is
@@ -353,9 +365,12 @@ class SqlQueue(SqlEngine):
         good.sort(key=lambda pair: pair[0])
         return [claimed for _, claimed in good]
 
-    def _claim_now(self, conn: Any, queue: str, worker: str, lease: float, limit: int) -> list[Claimed]:
+    def _claim_now(
+        self, conn: Any, queue: str, worker: str, lease: float, limit: int
+    ) -> tuple[list[Claimed], list[str]]:
+        """(the jobs leased, the topics of the lapsed leases recovered on the way)."""
         now = self._now()
-        self._recover_lapsed(conn, queue, now)
+        wake = self._recover_lapsed(conn, queue, now)
         token = uuid.uuid4().hex
         rows = self.fetch_all(
             conn,
@@ -365,7 +380,7 @@ class SqlQueue(SqlEngine):
             f"LIMIT ?{{skip}}) RETURNING {CLAIM_COLS}",
             (token, worker, now + lease, now, queue, now, limit),
         )
-        return self._lease_rows(conn, rows, now)
+        return self._lease_rows(conn, rows, now), wake
 
     def _due(self, conn: Any, *, queue: str, now: float) -> tuple[bool, float]:
         """(something is claimable now, the next time something becomes claimable).
@@ -393,7 +408,7 @@ class SqlQueue(SqlEngine):
         check_claim(queue, lease, limit)
         deadline = time.monotonic() + max(0.0, timeout)
         topic = queue_topic(queue)
-        with self._watch():
+        with self._watch(topic):
             while True:
                 since = self.signals.gen(topic)
                 now = self._now()
@@ -402,12 +417,13 @@ class SqlQueue(SqlEngine):
                 else:
                     ready, nxt = self.query(functools.partial(self._due, queue=queue, now=now))
                 if ready:
-                    got = self.commit(
+                    got, _ = self.commit(
                         lambda conn: self._claim_now(conn, queue, worker, lease, limit),
-                        lambda _: (),
+                        lambda done: done[1],
                     )
                     if len(got) == limit:
                         self._busy.add(queue)
+                        self._more(topic)
                     else:
                         self._busy.discard(queue)
                     if got:
@@ -616,7 +632,7 @@ class SqlQueue(SqlEngine):
             "SELECT id FROM {jobs} WHERE id IN (" + ", ".join("?" * len(ids)) + ") "
             "AND status = 'running' AND cancel_at IS NOT NULL"
         )
-        with self._watch():
+        with self._watch(CANCELS):
             return watch_cancels(
                 self.signals,
                 lambda: [str(r[0]) for r in self.query(lambda conn: self.fetch_all(conn, sql, ids))],
@@ -642,7 +658,7 @@ class SqlQueue(SqlEngine):
         deadline = time.monotonic() + max(0.0, timeout)
         topic = job_topic(job_id)
         sql = f"SELECT {WAIT_COLS} FROM {{jobs}} WHERE id = ?"
-        with self._watch():
+        with self._watch(topic):
             while True:
                 since = self.signals.gen(topic)
                 row = self.query(lambda conn: self.fetch_one(conn, sql, (job_id,)))

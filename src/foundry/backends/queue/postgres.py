@@ -281,7 +281,7 @@ class PostgresQueue(SqlQueue):
             conn.execute("SELECT pg_notify(%s, %s)", (self.channel, topic))
 
     @contextmanager
-    def _watch(self) -> Iterator[None]:
+    def _watch(self, topic: str | None = None) -> Iterator[None]:
         self._listener.start()
         yield
 

@@ -7,7 +7,8 @@ is a private temporary file removed at ``close()`` (tests, demos). Query options
   of any process (SIGKILL included) but the last commits may be lost if the *machine*
   loses power; ``full`` survives power loss at the cost of an fsync per commit.
 * ``busy_timeout=30`` — seconds a writer waits for another process's write lock.
-* ``poll=2ms`` — the longest pause between two looks for other processes' commits.
+* ``poll=2ms`` — without the doorbell (see *Wake-ups*), the longest pause between two
+  looks for other processes' commits.
 * ``pool=8`` — read connections per process; ``prefix=foundry_`` — table name prefix.
 
 **Batched commits.** SQLite has one writer at a time. Inside a process every write
@@ -20,19 +21,38 @@ retries every 0.1 ms at most (SQLite's own busy handler sleeps whole
 milliseconds and would dominate the latency).
 
 **Wake-ups.** SQLite has no notification. In one process a commit wakes the waiters
-directly (a condition variable). Across processes, one thread per process watches
-``PRAGMA data_version`` on the writer connection — it changes only when *another*
-process committed — while somebody waits (it stops when nobody does). On Linux a
-commit that changed something also *rings* the other waiting processes
-(:mod:`foundry.backends._doorbell`: a datagram to each one's abstract-namespace
-socket, listed by marker files in ``<file>-wake/``), so a hand-off between processes
-takes a fraction of a millisecond; the poll (0.5 ms after activity, backing off to
-``poll`` when idle) stays as the safety net and is all there is elsewhere. So
-``capabilities.notify`` stays ``False``: the database is the truth, the bell a hint.
+directly (a condition variable). Across processes, on Linux, a commit *rings* the other
+waiting processes (:mod:`foundry.backends._doorbell`: a datagram to each one's
+abstract-namespace socket, listed by marker files in ``<file>-wake/``), and the ring says
+what moved, so only the waiters of that go and look:
+
+* a commit that gives a queue new work (an enqueue, a retry, a job given back) rings
+  **one** claimer — the first listener in a fixed order, so one worker process that
+  keeps up takes everything, in batches, as if it were alone. A process whose claimer
+  is not waiting holds the ring 10 ms: if its claimer comes back to ``claim`` meanwhile
+  it looks at the queue itself, else the ring goes on to the next process (once to each
+  at most). A claim that took all it asked for does the same for "there may be more".
+  N worker processes do not all wake, look, and race for the write lock over every job;
+* a job that ended rings the processes waiting for jobs' results, a cancel request the
+  processes watching for cancels;
+* a claim, a heartbeat, a progress note ring nobody (nobody waits for them).
+
+The watcher thread of each process (it runs while somebody waits) turns rings into
+wake-ups, and looks at ``PRAGMA data_version`` — it changes only when *another*
+process committed — for a commit nobody rang for (another tool's; a ring dropped from a
+full socket is noticed by its receiver, which then wakes everyone) when nothing rang for
+0.5 s, or ``poll`` if longer (every waiter re-reads the store within a second anyway).
+Where there is no doorbell the watcher polls every ``poll`` (0.5 ms after activity,
+backing off). So ``capabilities.notify`` stays ``False``: the database is the truth,
+the bell a hint. A ring for new work reaches only the claimers of *that* queue.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import math
 import os
 import select
 import socket
@@ -40,11 +60,12 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, TypeVar
 
-from foundry.backends._doorbell import Doorbell, supported
+from foundry.backends._doorbell import EVERYTHING, QUEUE_LIMIT, Doorbell, supported
 from foundry.backends._sql_common import (
     make_pool,
     parse_sql_url,
@@ -121,14 +142,44 @@ _BATCH = 256  # most writes combined into one transaction
 _CHECKPOINT_BYTES = 4 << 20  # the WAL size at which the background checkpointer copies it back
 
 
-class _Op:
-    __slots__ = ("done", "error", "fn", "value")
+_RING_MOST = 8192  # bytes of topics a ring carries; past that it says "look at everything"
+_ONE = b">"  # a ring for one claimer: b">HOPS\0topics"; passed on by a process with none waiting
+# With the bell, the look for commits nobody rang for (another tool's; a ring dropped from
+# a full socket is noticed by its receiver) comes this often at most: a ring meant for one
+# claimer leaves the others quiet while the file changes, and each look that saw a change
+# would wake every waiter of the process — the herd the rings avoid.
+_UNRUNG = 0.5
+# A ring for one claimer that finds this process's claimers busy is held this long: if one
+# of them comes back to ``claim`` meanwhile (a worker that is full for a moment), it
+# looks at the queue itself and the ring goes no further; else it is passed on. So one
+# worker that keeps up takes the work in batches, and a worker full of long jobs delays
+# a new job by this much at most.
+_HOLD = 0.01
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+
+@functools.lru_cache(maxsize=1024)
+def _kind(topic: str | None) -> str:
+    """The doorbell kind of a topic: one queue's claimers (``q`` and a digest of its
+    name: new work on one queue never wakes another's workers), a job's waiters (``j``),
+    the rest (``c``: cancel requests); ``""`` for a waiter of everything."""
+    if topic is None:
+        return ""
+    if topic.startswith("queue:"):
+        return "q" + hashlib.sha256(topic.encode()).hexdigest()[:12]
+    return "j" if topic.startswith("job:") else "c"
+
+
+class _Op:
+    __slots__ = ("done", "error", "fn", "topics", "value")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], precise: bool) -> None:
         self.fn = fn
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
+        # what the other processes must hear of it: the topics it moved (``note``), or
+        # ``None``: unknown, so a change rings everyone
+        self.topics: list[str] | None = [] if precise else None
 
 
 class _File:
@@ -145,11 +196,17 @@ class _File:
         self._lock = threading.Lock()  # held while a transaction runs
         self._pending: list[_Op] = []
         self._pending_lock = threading.Lock()
+        self._current: _Op | None = None  # the op running in the transaction (``note``)
         self._conn: sqlite3.Connection | None = None
         self._version = -1
         self._waiting = 0
         self._watch_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._kinds: set[str] = set()  # the kinds of rings listened to (while the watcher runs)
+        self._entered: dict[str, float] = {}  # queue topic -> when a claim last began here (monotonic)
+        # rings for one claimer to pass on unless a claimer here comes back: (since, hops, topics);
+        # appended by the watcher and by ``more`` (a deque: two threads), popped by the watcher
+        self._held: deque[tuple[float, int, bytes]] = deque()
         self._stop = threading.Event()
         self._checkpointer: threading.Thread | None = None
         self.bell = Doorbell(path) if supported() else None
@@ -206,8 +263,11 @@ class _File:
 
     # -- the combining writer ------------------------------------------------------
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        op = _Op(fn)
+    def write(self, fn: Callable[[sqlite3.Connection], T], *, precise: bool = False) -> T:
+        """Run ``fn(conn)`` in the next combined transaction. ``precise``: ``fn`` says
+        what other processes must hear of it by calling :meth:`note` (a write that
+        notes nothing rings nobody); otherwise any change rings every listener."""
+        op = _Op(fn, precise)
         with self._pending_lock:
             self._pending.append(op)
         with self._lock:
@@ -221,6 +281,12 @@ class _File:
         if op.error is not None:
             raise op.error
         return op.value  # type: ignore[no-any-return]
+
+    def note(self, topics: Sequence[str]) -> None:
+        """Inside a write: other processes' waiters of ``topics`` must hear of it."""
+        op = self._current
+        if op is not None and op.topics is not None:
+            op.topics.extend(topics)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         deadline = time.monotonic() + self.busy_timeout
@@ -246,6 +312,7 @@ class _File:
         before = conn.total_changes
         try:
             for op in batch:
+                self._current = op
                 if len(batch) == 1:
                     op.value = op.fn(conn)
                     continue
@@ -255,11 +322,15 @@ class _File:
                 except Exception as exc:
                     conn.execute("ROLLBACK TO op")
                     op.error = exc
+                    if op.topics is not None:
+                        op.topics.clear()
                 conn.execute("RELEASE op")
+            self._current = None
             conn.execute("COMMIT")
             if self.bell is not None and conn.total_changes != before:
-                self.bell.ring()
+                self._ring(self.bell, batch)
         except BaseException as exc:
+            self._current = None
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
@@ -269,15 +340,64 @@ class _File:
         for op in batch:
             op.done = True
 
+    @staticmethod
+    def _ring(bell: Doorbell, batch: list[_Op]) -> None:
+        """After a commit that changed something: ring the listeners of the topics it
+        moved, with those topics; everyone when an op did not say what it moved."""
+        if any(op.topics is None for op in batch):
+            bell.ring()
+            return
+        topics = sorted({t for op in batch for t in op.topics or ()})
+        if not topics:
+            return  # a claim, a heartbeat, a completion nobody waits for...: nobody to wake
+        kinds = {_kind(t) for t in topics}
+        message = "\0".join(topics).encode()
+        if len(message) > _RING_MOST:
+            bell.ring(EVERYTHING, kinds)
+        elif len(kinds) == 1 and topics[0].startswith("queue:"):  # new work on one queue: one
+            _File._ring_one(bell, _kind(topics[0]), message)  # claimer is enough (it passes it on when busy)
+        else:
+            bell.ring(message, kinds)
+
+    @staticmethod
+    def _ring_one(bell: Doorbell, kind: str, message: bytes, hops: int | None = None) -> None:
+        """Ring one claimer of ``kind``; it may pass the ring on ``hops`` times (by default
+        once to each other claimer)."""
+
+        def make(listeners: int) -> bytes:
+            return _ONE + b"%d\0" % max(0, listeners - 1 if hops is None else hops) + message
+
+        bell.ring(make, {kind}, one=kind)
+
+    def more(self, topic: str) -> None:
+        """A claim took all it asked for and more may be there: unless this process's
+        claimer comes back for it within ``_HOLD`` (a worker that keeps up), wake a
+        claimer in another process (a burst spreads over the workers that have room)."""
+        if self.bell is not None:
+            self._held.append((time.monotonic(), -1, topic.encode()))  # -1: once to each other claimer
+
     # -- the watcher of other processes ----------------------------------------------
 
     @contextmanager
-    def watching(self) -> Iterator[None]:
+    def watching(self, topic: str | None = None) -> Iterator[None]:
+        """Held while a caller waits for ``topic`` (``None``: for anything): the watcher
+        runs, listening to the rings of its kind."""
+        new = False
         with self._watch_lock:
             self._waiting += 1
             if self._watcher is None and not self._stop.is_set():
-                self._watcher = threading.Thread(target=self._watch, name="foundry-queue-watch", daemon=True)
+                self._watcher = threading.Thread(
+                    target=self._watch_loop, name="foundry-queue-watch", daemon=True
+                )
                 self._watcher.start()
+            kind = _kind(topic)
+            if topic is not None and topic.startswith("queue:"):
+                self._entered[topic] = time.monotonic()
+            if self.bell is not None and not self._stop.is_set() and kind not in self._kinds:
+                self._kinds.add(kind)
+                new = self.bell.listen(kind) is not None
+        if new and self.bell is not None:
+            self.bell.nudge()  # (outside the lock) the watcher waits on the sockets it knew: show it this one
         try:
             yield
         finally:
@@ -297,39 +417,90 @@ class _File:
         self._version = version
         return changed
 
-    def _watch(self) -> None:
-        bell = self.bell.listen() if self.bell is not None else None
-        try:
-            self._watch_loop(bell)
-        finally:
-            if self.bell is not None:
-                self.bell.stop_listening()
-
-    def _watch_loop(self, bell: socket.socket | None) -> None:
+    def _watch_loop(self) -> None:
+        """Wake this process's waiters on the other processes' commits: at once for a
+        ring (only the waiters of the topics it names), and on ``PRAGMA data_version``
+        having moved — a commit nobody rang for — when nothing rang for ``_UNRUNG``
+        seconds (or ``poll``, the longer), or every ``poll`` at most without the bell."""
         interval = 0.0005
         idle_since = time.monotonic()
         while not self._stop.is_set():
             with self._watch_lock:
                 if self._waiting == 0 and time.monotonic() - idle_since > 2.0:
+                    if self.bell is not None:
+                        self.bell.stop_listening()
+                    self._kinds.clear()
                     self._watcher = None
                     return
             if self._waiting:
                 idle_since = time.monotonic()
+            sockets = self.bell.sockets() if self.bell is not None else []
+            if sockets:
+                wait = max(self.poll, _UNRUNG)
+                if self._held:
+                    wait = max(0.0, min(wait, self._held[0][0] + _HOLD - time.monotonic()))
+                ready = select.select(sockets, [], [], wait)[0]
+                if ready:
+                    self._heard(ready)
+                if self._held:
+                    self._pass_on()
+                if ready or self._held:
+                    continue
             try:
                 changed = self._foreign_commits()
             except sqlite3.Error:
                 changed = True
             if changed:
                 self.signals.bump_all()
-                interval = 0.0005
-            else:
-                interval = min(interval * 1.5, self.poll)
-            if bell is not None:
-                interval = self.poll  # the bell wakes us; the poll is only the safety net
-            if bell is None:
+            if not sockets:
+                interval = 0.0005 if changed else min(interval * 1.5, self.poll)
                 self._stop.wait(interval)
-            elif select.select([bell], [], [], interval)[0] and self.bell is not None:
-                self.bell.drain()  # another process committed: look now
+
+    def _heard(self, ready: list[socket.socket]) -> None:
+        """Wake the waiters of what the rings received name (everyone for a ring that
+        names nothing, or when a socket was full and may have dropped one)."""
+        bell = self.bell
+        assert bell is not None
+        topics: set[str] = set()
+        forward: list[tuple[int, bytes]] = []  # rings for one claimer, to pass on if none waits here
+        everything = False
+        for sock in ready:
+            got = bell.receive(sock)
+            everything = everything or len(got) >= QUEUE_LIMIT
+            for message in got:
+                if message == EVERYTHING:
+                    everything = True
+                    continue
+                if message.startswith(_ONE):
+                    head, _, message = message.partition(b"\0")
+                    with contextlib.suppress(ValueError):
+                        forward.append((int(head[1:]), message))
+                topics.update(t for t in message.decode(errors="replace").split("\0") if t)
+        waited = {t for t in topics if self.signals.waiting(t)}  # before the bump: its waiters leave
+        if everything:
+            self.signals.bump_all()
+        elif topics:
+            self.signals.bump(*topics)
+        now = time.monotonic()
+        for hops, message in forward:
+            wanted = [t for t in message.decode(errors="replace").split("\0") if t]
+            if hops > 0 and not any(t in waited for t in wanted):
+                self._held.append((now, hops, message))
+
+    def _pass_on(self) -> None:
+        """Pass on the held rings for one claimer whose time is up and that no claimer
+        of this process has come back for."""
+        bell = self.bell
+        now = time.monotonic()
+        while self._held and self._held[0][0] + _HOLD <= now:
+            heard, hops, message = self._held.popleft()
+            wanted = [t for t in message.decode(errors="replace").split("\0") if t]
+            if (
+                bell is not None
+                and wanted
+                and not any(self._entered.get(t, -math.inf) > heard for t in wanted)
+            ):
+                self._ring_one(bell, _kind(wanted[0]), message, None if hops < 0 else hops - 1)
 
     def close(self) -> None:
         self._stop.set()
@@ -449,10 +620,16 @@ class SqliteQueue(SqlQueue):
     def _write(self, fn: Callable[[Any], T]) -> T:
         if self._closed:
             raise BackendError(f"queue {self.shown} is closed. Fix: do not use a queue backend after close()")
-        return self._file.write(fn)
+        return self._file.write(fn, precise=True)  # every write here says what it moved (_notify)
 
-    def _watch(self) -> AbstractContextManager[None]:
-        return self._file.watching()
+    def _notify(self, conn: Any, topics: Sequence[str]) -> None:
+        self._file.note(topics)
+
+    def _more(self, topic: str) -> None:
+        self._file.more(topic)
+
+    def _watch(self, topic: str | None = None) -> AbstractContextManager[None]:
+        return self._file.watching(topic)
 
     def _translate(self, exc: Exception) -> Exception | None:
         return sqlite_error(
