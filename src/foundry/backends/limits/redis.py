@@ -36,6 +36,7 @@ class RedisLimits:
             "queue", url, query, REDIS_TLS
         )
         passed.setdefault("socket_timeout", "10")
+        passed.setdefault("socket_connect_timeout", passed["socket_timeout"])  # redis-py 8: 5 s otherwise
         try:
             self.client = redis.Redis.from_url(urlunsplit(parts._replace(query=urlencode(passed))))
         except ValueError as exc:

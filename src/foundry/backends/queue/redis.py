@@ -346,7 +346,13 @@ class RedisQueue(ShowsUrl):
         timeout = seconds_option("queue", safe_url(url), query, "socket_timeout", 10.0)
         passed = {k: v for k, v in query.items() if k in _PASSED and k != "socket_timeout"} | tls
         base = urlunsplit(parts._replace(query=urlencode(passed)))
-        kwargs: dict[str, Any] = {"retry": Retry(NoBackoff(), 0), "socket_keepalive": True}
+        # socket_connect_timeout: redis-py 8 no longer defaults it to socket_timeout (it waits
+        # 5 s for a connect or a TLS handshake); a ?socket_connect_timeout= in the URL wins
+        kwargs: dict[str, Any] = {
+            "retry": Retry(NoBackoff(), 0),
+            "socket_keepalive": True,
+            "socket_connect_timeout": timeout,
+        }
         try:
             self.client = redis.Redis.from_url(base, socket_timeout=timeout, **kwargs)
             self._blocking = redis.Redis.from_url(base, socket_timeout=_BLOCK_MAX + timeout, **kwargs)
