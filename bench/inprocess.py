@@ -79,10 +79,11 @@ def bench_sequential(quick: bool) -> list[Row]:
     from foundry.observe import names
 
     _calibrate()
-    rounds = 5 if quick else 21
     app = Foundry("bench-seq")
     rows: list[Row] = []
-    for fn, calls in ((tiny, 20_000 if quick else 400_000), (ten_us, 2_000 if quick else 20_000)):
+    # many short rounds: this machine's speed drifts by tens of percent within a second,
+    # and a round is only compared with the rounds right next to it
+    for fn, calls, rounds in ((tiny, 40_000, 5 if quick else 101), (ten_us, 500, 5 if quick else 801)):
         unit = app.work(model="sequential", name=fn.__name__)(fn)
 
         def loop(call: Callable[[int], int], calls: int = calls) -> Callable[[], float]:
