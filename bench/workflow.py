@@ -5,6 +5,7 @@ ceiling of one committed insert per step; and the cost per step as workflows gro
     python bench/workflow.py --quick         # seconds, SQLite only (the test smoke run)
     python bench/workflow.py --rounds 5 --only foundry-postgres dbos-postgres --skip-growth
     python bench/workflow.py --plain-only    # the step vs a plain INSERT + COMMIT (a minute)
+    python bench/workflow.py --latency       # start → first step p50/p99, Foundry vs DBOS
 
 Scenarios, each run to completion by one caller thread, ``--n`` workflows per contender:
 
@@ -65,6 +66,8 @@ QUICK = ("ceiling-sqlite", "foundry-sqlite")
 SCENARIOS = ("steps", "fanout")
 FANOUT = 10
 GROWTH = (10, 100, 1000)
+LATENCY_GAP = 0.01  # seconds between the latency run's starts: 100 a second
+LATENCY = ("foundry-sqlite", "dbos-sqlite", "foundry-postgres", "dbos-postgres")
 LABELS = {
     "ceiling-sqlite": "one committed insert per step (WAL, synchronous=full)",
     "foundry-sqlite": "Foundry (WAL, synchronous=full: the default)",
@@ -114,6 +117,14 @@ def _app(url: str) -> tuple[Any, Any, Any, Any]:
 def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
     app, rt, sequence, fanout = _app(url)
     try:
+        if scenario == "latency":
+            from foundry.deliver.workflow import WorkflowContext
+
+            @app.workflow()
+            def timed(wf: WorkflowContext, t0: float) -> float:
+                return float(wf.step(_since, t0))
+
+            return _latency(lambda: timed.start(time.perf_counter()), lambda h: h.result(timeout=60), n)
         if scenario == "fanout":
             return {"seconds": _timed(fanout.run, n, 10)}
         if scenario == "steps":
@@ -122,6 +133,26 @@ def foundry(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
     finally:
         app.close()
         rt.close()
+
+
+def _since(t0: float) -> float:
+    """A step that returns how long ago ``t0`` (a ``perf_counter`` reading) was."""
+    return time.perf_counter() - t0
+
+
+def _latency(start: Any, result: Any, n: int) -> dict[str, float]:
+    """Start ``n`` workflows in the background one at a time, ``LATENCY_GAP`` apart (far below
+    capacity); each one's first step returns how long after its start call it began."""
+    for _ in range(5):  # warm-up
+        result(start())
+    handles = []
+    due = time.perf_counter()
+    for _ in range(n):
+        handles.append(start())
+        due += LATENCY_GAP
+        time.sleep(max(0.0, due - time.perf_counter()))
+    waits = sorted(float(result(h)) for h in handles)
+    return {"p50": waits[len(waits) // 2], "p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))]}
 
 
 def _growth(app: Any, rt: Any, sequence: Any, n: int, steps: int) -> dict[str, float]:
@@ -179,8 +210,20 @@ def dbos(url: str, scenario: str, n: int, steps: int) -> dict[str, float]:
         handles = [DBOS.start_workflow(branch, i) for i in range(FANOUT)]
         return [h.get_result() for h in handles]
 
+    @DBOS.step()
+    def since(t0: float) -> float:
+        return _since(t0)
+
+    @DBOS.workflow()
+    def timed(t0: float) -> float:
+        return since(t0)
+
     DBOS.launch()
     try:
+        if scenario == "latency":
+            return _latency(
+                lambda: DBOS.start_workflow(timed, time.perf_counter()), lambda h: h.get_result(), n
+            )
         return {"seconds": _timed(fanout if scenario == "fanout" else sequence, n, 10)}
     finally:
         DBOS.destroy()
@@ -387,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-plain", action="store_true", help="leave out the step vs a plain INSERT + COMMIT"
     )
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="only start→first-step latency: 200 background starts at 100/s, Foundry vs DBOS per store",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", default="steps", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -398,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     names = list(args.only or (QUICK if args.quick else ALL))
     n = 20 if args.quick and args.n == 200 else args.n
     rounds = 1 if args.quick else args.rounds
+    if args.latency:
+        return _run_latency([name for name in args.only or LATENCY if name in LATENCY], n, rounds)
     plain: dict[str, dict[str, list[list[float]]]] = {}
     if not args.skip_plain:
         plain_stores = ("sqlite",) if args.quick else ("sqlite", "postgres")
@@ -435,6 +485,36 @@ def main(argv: list[str] | None = None) -> int:
     if growth:
         _report_growth(growth, total_steps)
     return 0 if runs else 1
+
+
+def _run_latency(names: list[str], n: int, rounds: int) -> int:
+    """Paired rounds of the latency scenario, then p50/p99 per contender and Foundry ÷ DBOS."""
+    got: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-workflow-") as workdir:
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                figures = _spawn(name, "latency", n, 0, workdir)
+                if figures is not None:
+                    got.setdefault(name, []).append(figures)
+    print(
+        f"start → first step, {n} background starts at {1 / LATENCY_GAP:.0f}/s, {rounds} rounds ({_load()})"
+    )
+    ratios = "Foundry ÷ DBOS per round, p50 and p99: median (range)"
+    print(f"{'contender':18} {'p50 ms':>8} {'p99 ms':>8}   {ratios}")
+    for name, runs in got.items():
+        p50 = statistics.median(f["p50"] for f in runs) * 1e3
+        p99 = statistics.median(f["p99"] for f in runs) * 1e3
+        cell = ""
+        peer = got.get(name.replace("foundry", "dbos")) if name.startswith("foundry") else None
+        if peer and len(peer) == len(runs):
+            r50 = sorted(f["p50"] / d["p50"] for f, d in zip(runs, peer, strict=True))
+            r99 = sorted(f["p99"] / d["p99"] for f, d in zip(runs, peer, strict=True))
+            cell = (
+                f"   p50 {statistics.median(r50):.2f}× ({r50[0]:.2f}–{r50[-1]:.2f}), "
+                f"p99 {statistics.median(r99):.2f}× ({r99[0]:.2f}–{r99[-1]:.2f})"
+            )
+        print(f"{name:18} {p50:8.2f} {p99:8.2f}{cell}")
+    return 0 if got else 1
 
 
 def _per_step(seconds: float, n: int, scenario: str, steps: int) -> float:
