@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from foundry.backends.idempotency import IdempotencyStore, open_idempotency_store, store_url_for
 from foundry.backends.stream import (
+    Appended,
     DeadLetter,
     NewEvent,
     PartitionLag,
@@ -39,7 +40,7 @@ from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.observe.stall import UnitLike
 from foundry.observe.tracing import OFF, Tracing, messaging_system
-from foundry.outage import ride_outage
+from foundry.outage import aride_outage, ride_outage
 from foundry.payload import dumps_text
 from foundry.serialize import Codec, get_codec
 
@@ -49,6 +50,10 @@ __all__ = ["StreamRuntime"]
 T = TypeVar("T")
 
 MAX_PAYLOAD = 1024 * 1024  # bytes per event (NATS's default max_payload)
+
+
+def _published(event: NewEvent, appended: Appended) -> Published:
+    return Published(event.id, appended.partition, appended.offset, appended.duplicate)
 
 
 class StreamRuntime:
@@ -208,7 +213,27 @@ class StreamRuntime:
         keys: Sequence[Any] | None,
         trace: str | None,
     ) -> list[Published]:
-        items = list(events)
+        encoded = self._encode_all(events, ids, keys, trace)
+        backend = self.backend
+        out: list[Published] = []
+        size = backend.capabilities.append_batch  # one transaction / script / pipelined burst
+        for start in range(0, len(encoded), size):
+            chunk = encoded[start : start + size]
+            # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
+            appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
+            out.extend(map(_published, chunk, appended))
+        self._published.inc(sum(1 for p in out if not p.duplicate))
+        return out
+
+    def _encode_all(
+        self,
+        events: Iterable[Any],
+        ids: Sequence[str] | None,
+        keys: Sequence[Any] | None,
+        trace: str | None,
+    ) -> list[NewEvent]:
+        """Every event validated and encoded (before any is sent)."""
+        items = events if isinstance(events, list) else list(events)
         if ids is not None and len(ids) != len(items):
             raise SubmitError(
                 f"stream {self.name!r}: {len(ids)} ids for {len(items)} events. Fix: one id each"
@@ -217,27 +242,61 @@ class StreamRuntime:
             raise SubmitError(
                 f"stream {self.name!r}: {len(keys)} keys for {len(items)} events. Fix: one key each"
             )
-        encoded = [
-            self._encode(item, None if ids is None else ids[i], None if keys is None else keys[i], trace)
-            for i, item in enumerate(items)
+        encode = self._encode
+        if keys is None:
+            if ids is None:
+                return [encode(item, None, None, trace) for item in items]
+            return [encode(item, id, None, trace) for item, id in zip(items, ids, strict=True)]
+        return [
+            encode(item, None if ids is None else ids[i], key, trace)
+            for i, (item, key) in enumerate(zip(items, keys, strict=True))
         ]
-        backend = self.backend
-        out: list[Published] = []
-        size = backend.capabilities.append_batch  # one transaction / script / pipelined burst
-        for start in range(0, len(encoded), size):
-            chunk = encoded[start : start + size]
-            # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
-            appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
-            out.extend(
-                Published(e.id, a.partition, a.offset, a.duplicate)
-                for e, a in zip(chunk, appended, strict=True)
-            )
-        self._published.inc(sum(1 for p in out if not p.duplicate))
-        return out
 
     async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
-        """:meth:`publish` from async code, off the event loop."""
-        return await asyncio.to_thread(self.publish, event, id=id, key=key)
+        """:meth:`publish` awaited on the caller's event loop (NATS: one ``js.publish``
+        through a connection of that loop; SQLite, Redis: the append in a worker thread)."""
+        return (
+            await self.apublish_many(
+                [event], ids=None if id is None else [id], keys=None if key is None else [key]
+            )
+        )[0]
+
+    async def apublish_many(
+        self,
+        events: Iterable[Any],
+        *,
+        ids: Sequence[str] | None = None,
+        keys: Sequence[Any] | None = None,
+    ) -> list[Published]:
+        """:meth:`publish_many` awaited on the caller's event loop: the same validation,
+        batches, dedup and tracing; returns once the log stored every event."""
+        tracer = self.tracing.tracer()
+        if tracer is None:
+            return await self._apublish_many(events, ids, keys, None)
+        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as (span, trace):
+            out = await self._apublish_many(events, ids, keys, trace)
+            span.set_attribute("messaging.batch.message_count", len(out))
+            return out
+
+    async def _apublish_many(
+        self,
+        events: Iterable[Any],
+        ids: Sequence[str] | None,
+        keys: Sequence[Any] | None,
+        trace: str | None,
+    ) -> list[Published]:
+        encoded = self._encode_all(events, ids, keys, trace)
+        backend = self._backend
+        if backend is None or not self._ready or self._closed:  # opening it blocks: not on this loop
+            backend = await asyncio.to_thread(lambda: self.backend)
+        out: list[Published] = []
+        size = backend.capabilities.append_batch
+        for start in range(0, len(encoded), size):
+            chunk = encoded[start : start + size]
+            appended = await aride_outage(functools.partial(backend.aappend, self.name, chunk), tries=8)
+            out.extend(map(_published, chunk, appended))
+        self._published.inc(sum(1 for p in out if not p.duplicate))
+        return out
 
     # -- consumers -------------------------------------------------------------
 
