@@ -81,6 +81,16 @@ class EagerStreamRuntime(_RealRuntime):
         self._settle()
         return published
 
+    def publish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
+        published = super().publish(event, id=id, key=key)
+        self._settle()
+        return published
+
+    async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
+        published = await super().apublish(event, id=id, key=key)
+        await asyncio.to_thread(self._settle)
+        return published
+
     async def apublish_many(
         self,
         events: Iterable[Any],

@@ -605,7 +605,7 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
     def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
         if not events:
             return []
-        return self._call(lambda: self._append(self._js, stream, events), "append", len(events) / 10_000)
+        return self._call(lambda: self._append(self._js, stream, events), "append", len(events) / 1_000)
 
     async def aappend(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
         """:meth:`append` on the caller's loop, through a connection of that loop's own
@@ -617,36 +617,35 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         if self._closed:
             raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
         loop = asyncio.get_running_loop()
-        client = None if loop is self._loop else self._loop_client(loop)
-        if client is None and loop is not self._loop:  # over the bound: hop to the backend's loop
+        if loop is self._loop:
+            return await self._guard(lambda: self._append(self._js, stream, events), "append")
+        client = self._clients.get(loop) or self._loop_client(loop)
+        if client is None:  # over the bound: the backend's own connection, through its thread
             return await asyncio.wrap_future(
                 asyncio.run_coroutine_threadsafe(self.aappend(stream, events), self._loop)
             )
-
-        async def run() -> list[Appended]:
-            js = self._js if client is None else client.js
-            async with asyncio.timeout(self._timeout * 3 + len(events) / 10_000):
-                return await self._append(js, stream, events)
-
-        return await self._guard(run, "append", None if client is None else client.connect)
+        return await self._guard(lambda: self._append(client.js, stream, events), "append", client.connect)
 
     async def _append(self, js: Any, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
         """Append through ``js`` (a client of the running loop)."""
-        config = await self._config_async(stream, js)
+        config = self._configs.get(stream) or await self._config_async(stream, js)
         count = config.partitions
+        if len(events) == 1:  # the client's request/reply (bounded by its request timeout)
+            event = events[0]
+            part = partition_for(event.key, event.id, count)
+            one = await js.publish(self._subject(stream, part), event.payload, headers=_headers(event))
+            return [Appended(part, int(one.seq), bool(one.duplicate))]
         subjects = [self._subject(stream, p) for p in range(count)]
         parts = [partition_for(e.key, e.id, count) for e in events] if count > 1 else [0] * len(events)
-        if len(events) == 1:  # the client's request/reply: fewer loop hops than an async ack
-            one = await js.publish(subjects[parts[0]], events[0].payload, headers=_headers(events[0]))
-            return [Appended(parts[0], int(one.seq), bool(one.duplicate))]
         publish = js.publish_async
-        # No wait_stall: a timed wait per message costs a task each (7x slower); the
-        # whole batch is bounded by the timeout below instead.
-        futures = [
-            await publish(subjects[p], e.payload, headers=_headers(e))
-            for e, p in zip(events, parts, strict=True)
-        ]
-        async with asyncio.timeout(self._timeout + len(events) / 10_000):
+        # No wait_stall: a timed wait per message costs a task each (7x slower); the whole
+        # batch is bounded here instead (publish_async waits while the client's window of
+        # pending acks is full, so the publishing is bounded too).
+        async with asyncio.timeout(self._timeout * 2 + len(events) / 2_000):
+            futures = [
+                await publish(subjects[p], e.payload, headers=_headers(e))
+                for e, p in zip(events, parts, strict=True)
+            ]
             acks = await _acks(futures)
         return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]
 

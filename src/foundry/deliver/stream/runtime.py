@@ -174,9 +174,14 @@ class StreamRuntime:
 
     def publish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
         """Append one event; returns once the log stored it (or found its id)."""
-        return self.publish_many(
-            [event], ids=None if id is None else [id], keys=None if key is None else [key]
-        )[0]
+        if self.tracing.tracer() is not None:  # the send span: publish_many's
+            return self.publish_many(
+                [event], ids=None if id is None else [id], keys=None if key is None else [key]
+            )[0]
+        new = self._encode(event, id, key)
+        backend = self.backend
+        [appended] = ride_outage(functools.partial(backend.append, self.name, [new]), tries=8)
+        return self._count(new, appended)
 
     def publish_many(
         self,
@@ -255,11 +260,21 @@ class StreamRuntime:
     async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
         """:meth:`publish` awaited on the caller's event loop (NATS: one ``js.publish``
         through a connection of that loop; SQLite, Redis: the append in a worker thread)."""
-        return (
-            await self.apublish_many(
+        if self.tracing.tracer() is not None:  # the send span: publish_many's
+            many = await self.apublish_many(
                 [event], ids=None if id is None else [id], keys=None if key is None else [key]
             )
-        )[0]
+            return many[0]
+        new = self._encode(event, id, key)
+        backend = await self._abackend()
+        [appended] = await aride_outage(functools.partial(backend.aappend, self.name, [new]), tries=8)
+        return self._count(new, appended)
+
+    def _count(self, event: NewEvent, appended: Appended) -> Published:
+        """The record of one published event, counted unless it was a duplicate."""
+        if not appended.duplicate:
+            self._published.inc()
+        return _published(event, appended)
 
     async def apublish_many(
         self,
@@ -286,9 +301,7 @@ class StreamRuntime:
         trace: str | None,
     ) -> list[Published]:
         encoded = self._encode_all(events, ids, keys, trace)
-        backend = self._backend
-        if backend is None or not self._ready or self._closed:  # opening it blocks: not on this loop
-            backend = await asyncio.to_thread(lambda: self.backend)
+        backend = await self._abackend()
         out: list[Published] = []
         size = backend.capabilities.append_batch
         for start in range(0, len(encoded), size):
@@ -297,6 +310,14 @@ class StreamRuntime:
             out.extend(map(_published, chunk, appended))
         self._published.inc(sum(1 for p in out if not p.duplicate))
         return out
+
+    async def _abackend(self) -> StreamBackend:
+        """:attr:`backend` for a coroutine: opening it blocks (a connection, the stream
+        made), so the first time it is opened in a worker thread."""
+        backend = self._backend
+        if backend is None or not self._ready or self._closed:
+            return await asyncio.to_thread(lambda: self.backend)
+        return backend
 
     # -- consumers -------------------------------------------------------------
 
