@@ -143,25 +143,36 @@ def test_aappend_on_the_callers_loops_keeps_order_and_dedup(
     assert sorted(got) == sorted(f"{prefix}{i}" for prefix in "ab" for i in range(10))
 
 
-def test_close_ends_the_connection_of_a_loop_that_still_runs(backend_url: str) -> None:
+def test_many_running_loops_append_and_close_leaves_none_of_their_connections(backend_url: str) -> None:
     backend = open_stream_backend(backend_url)
     config = StreamConfig(f"t-{uuid.uuid4().hex[:10]}")
     backend.ensure_stream(config)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever)
-    thread.start()
+    # Given more running loops (each in its own thread) than NATS gives a connection of
+    # their own (the rest share the backend's, through its thread) ...
+    loops = [asyncio.new_event_loop() for _ in range(10)]
+    threads = [threading.Thread(target=loop.run_forever) for loop in loops]
+    for thread in threads:
+        thread.start()
     try:
-        # Given a loop in another thread that appended, and goes on running ...
-        future = asyncio.run_coroutine_threadsafe(backend.aappend(config.name, events(3)), loop)
-        assert [a.offset for a in future.result(30)] == [1, 2, 3]
+        # ... each appending three events of its own, all at once:
+        futures = [
+            asyncio.run_coroutine_threadsafe(backend.aappend(config.name, events(3, prefix=f"l{i}-")), loop)
+            for i, loop in enumerate(loops)
+        ]
+        appended = [a for future in futures for a in future.result(30)]
+        # Then every event is stored once, offsets dense ...
+        assert sorted(a.offset for a in appended) == list(range(1, 31))
+        assert backend.info(config.name).events == 30
         backend.delete_stream(config.name)
-        # When the backend closes, then the loop is left with no connection open: no
-        # warning of an unclosed transport or a pending task when it stops and closes.
+        # ... and when the backend closes, the loops are left with no connection open:
+        # no warning of an unclosed transport or a pending task when they stop and close.
         backend.close()
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(30)
-        loop.close()
+        for loop in loops:
+            loop.call_soon_threadsafe(loop.stop)
+        for thread, loop in zip(threads, loops, strict=True):
+            thread.join(30)
+            loop.close()
         gc.collect()
 
 
