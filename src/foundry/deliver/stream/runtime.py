@@ -9,7 +9,7 @@ import inspect
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from foundry.backends.idempotency import IdempotencyStore, open_idempotency_store, store_url_for
@@ -50,6 +50,12 @@ __all__ = ["StreamRuntime"]
 T = TypeVar("T")
 
 MAX_PAYLOAD = 1024 * 1024  # bytes per event (NATS's default max_payload)
+
+
+def _chunks(events: list[NewEvent], size: int) -> Iterator[list[NewEvent]]:
+    """``events`` in batches of ``size``: one transaction / script / pipelined burst each."""
+    for start in range(0, len(events), size):
+        yield events[start : start + size]
 
 
 def _published(event: NewEvent, appended: Appended) -> Published:
@@ -194,13 +200,25 @@ class StreamRuntime:
         each). Every event is validated before any is sent: a bad one rejects the call
         and nothing of it is stored. Traced, the call is one *send* span, whose context
         every event of it carries."""
+        with self._sending() as (span, trace):
+            return self._spanned(span, self._append_all(self._encode_all(events, ids, keys, trace)))
+
+    @contextlib.contextmanager
+    def _sending(self) -> Iterator[tuple[Any, str | None]]:
+        """The *send* span of one publish call and its trace context (``None, None``
+        untraced)."""
         tracer = self.tracing.tracer()
         if tracer is None:
-            return self._publish_many(events, ids, keys, None)
-        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as (span, trace):
-            out = self._publish_many(events, ids, keys, trace)
+            yield None, None
+            return
+        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as sent:
+            yield sent
+
+    @staticmethod
+    def _spanned(span: Any, out: list[Published]) -> list[Published]:
+        if span is not None:
             span.set_attribute("messaging.batch.message_count", len(out))
-            return out
+        return out
 
     def span_attributes(self, operation: str, kind: str) -> dict[str, Any]:
         return {
@@ -211,22 +229,16 @@ class StreamRuntime:
             "foundry.delivery": "stream",
         }
 
-    def _publish_many(
-        self,
-        events: Iterable[Any],
-        ids: Sequence[str] | None,
-        keys: Sequence[Any] | None,
-        trace: str | None,
-    ) -> list[Published]:
-        encoded = self._encode_all(events, ids, keys, trace)
+    def _append_all(self, encoded: list[NewEvent]) -> list[Published]:
         backend = self.backend
         out: list[Published] = []
-        size = backend.capabilities.append_batch  # one transaction / script / pipelined burst
-        for start in range(0, len(encoded), size):
-            chunk = encoded[start : start + size]
+        for chunk in _chunks(encoded, backend.capabilities.append_batch):
             # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
             appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
             out.extend(map(_published, chunk, appended))
+        return self._counted(out)
+
+    def _counted(self, out: list[Published]) -> list[Published]:
         self._published.inc(sum(1 for p in out if not p.duplicate))
         return out
 
@@ -285,31 +297,17 @@ class StreamRuntime:
     ) -> list[Published]:
         """:meth:`publish_many` awaited on the caller's event loop: the same validation,
         batches, dedup and tracing; returns once the log stored every event."""
-        tracer = self.tracing.tracer()
-        if tracer is None:
-            return await self._apublish_many(events, ids, keys, None)
-        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as (span, trace):
-            out = await self._apublish_many(events, ids, keys, trace)
-            span.set_attribute("messaging.batch.message_count", len(out))
-            return out
+        with self._sending() as (span, trace):
+            encoded = self._encode_all(events, ids, keys, trace)
+            return self._spanned(span, await self._aappend_all(encoded))
 
-    async def _apublish_many(
-        self,
-        events: Iterable[Any],
-        ids: Sequence[str] | None,
-        keys: Sequence[Any] | None,
-        trace: str | None,
-    ) -> list[Published]:
-        encoded = self._encode_all(events, ids, keys, trace)
+    async def _aappend_all(self, encoded: list[NewEvent]) -> list[Published]:
         backend = await self._abackend()
         out: list[Published] = []
-        size = backend.capabilities.append_batch
-        for start in range(0, len(encoded), size):
-            chunk = encoded[start : start + size]
+        for chunk in _chunks(encoded, backend.capabilities.append_batch):
             appended = await aride_outage(functools.partial(backend.aappend, self.name, chunk), tries=8)
             out.extend(map(_published, chunk, appended))
-        self._published.inc(sum(1 for p in out if not p.duplicate))
-        return out
+        return self._counted(out)
 
     async def _abackend(self) -> StreamBackend:
         """:attr:`backend` for a coroutine: opening it blocks (a connection, the stream
