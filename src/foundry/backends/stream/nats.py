@@ -349,6 +349,18 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             future.cancel()
             raise BackendUnavailableError(f"NATS at {self.shown}: {what} timed out") from exc
 
+    async def _hop(self, make: Callable[[], Coroutine[Any, Any, T]], what: str, timeout: float) -> T:
+        """:meth:`_call` for a coroutine of another loop: awaited there, not blocking it."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._guard(make, what), self._loop)
+        except RuntimeError as exc:  # the backend's loop closed under us
+            raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one") from exc
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + self._timeout * 3)
+        except TimeoutError as exc:
+            future.cancel()
+            raise BackendUnavailableError(f"NATS at {self.shown}: {what} timed out") from exc
+
     async def _guard(
         self, make: Callable[[], Awaitable[T]], what: str, connect: Callable[[], Awaitable[Any]] | None = None
     ) -> T:
@@ -621,8 +633,8 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             return await self._guard(lambda: self._append(self._js, stream, events), "append")
         client = self._clients.get(loop) or self._loop_client(loop)
         if client is None:  # over the bound: the backend's own connection, through its thread
-            return await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(self.aappend(stream, events), self._loop)
+            return await self._hop(
+                lambda: self._append(self._js, stream, events), "append", len(events) / 1_000
             )
         return await self._guard(lambda: self._append(client.js, stream, events), "append", client.connect)
 
@@ -653,6 +665,8 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         """The client of ``loop`` (made, not yet connected, on first use); ``None`` when
         ``_LOOP_CLIENTS`` other live loops have one."""
         with self._clients_lock:
+            if self._closed:
+                raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
             client = self._clients.get(loop)
             if client is None:
                 for gone in [other for other in self._clients if other.is_closed()]:
@@ -1078,9 +1092,10 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         self._call(lambda: self._release(stream, group, partition, consumer), "release")
 
     def close(self) -> None:
-        if self._closed:
-            return
-        with self._clients_lock:
+        with self._clients_lock:  # closed first: no loop makes a client of its own from now on
+            if self._closed:
+                return
+            self._closed = True
             clients, self._clients = self._clients, {}
         for loop, client in clients.items():
             client.close(loop)
@@ -1094,7 +1109,6 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(self._timeout * 2)
-        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(self._timeout)
         if not self._loop.is_running():
