@@ -14,6 +14,12 @@ How the contract maps onto JetStream:
   it). A batch goes out with ``publish_async`` and is awaited as a whole. Dedup is per
   partition: an id republished with a *different* key could land elsewhere (a producer
   bug Foundry does not guard against on this engine).
+* **Publishing from a coroutine** (``aappend``): a nats client belongs to the event loop
+  it was made on, so each other loop that appends gets a client of its own, made at its
+  first call (at most ``_LOOP_CLIENTS`` loops; beyond, the call is awaited through the
+  backend's loop thread) and closed when that loop shuts its async generators down
+  (``asyncio.run`` does) or by :meth:`close`. Its append is one ``await js.publish`` (a
+  batch: ``publish_async`` and its acks) on the caller's loop, with no thread in between.
 * **Groups** are durable pull consumers named after the group, ``AckExplicit``,
   ``ack_wait`` = the group's ack deadline, ``max_deliver`` unlimited (Foundry
   dead-letters by its own count, with a reason), ``max_ack_pending`` bounded. A commit
