@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from foundry.errors import BackendUnavailableError, MalformedRecordError
-from foundry.outage import ride_outage
+from foundry.outage import aride_outage, ride_outage
 from foundry.retry import Backoff
 
 
@@ -78,3 +79,40 @@ def test_any_other_error_is_raised_at_once() -> None:
 def test_tries_below_one_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="tries=0 is below 1"):
         ride_outage(lambda: None, tries=0)
+
+
+def test_the_async_ride_awaits_its_pauses_and_keeps_the_same_bounds() -> None:
+    call, calls = flaky(2)
+
+    async def acall() -> str:
+        return call()
+
+    # An outage shorter than the tries: ridden out, the loop free during the pauses.
+    ticks = [0]
+
+    async def main() -> str:
+        async def tick() -> None:
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await aride_outage(acall, tries=8, policy=Backoff(0.05, 0.05, jitter="none"))
+        finally:
+            ticker.cancel()
+
+    assert asyncio.run(main()) == "ok"
+    assert calls == [3]
+    assert ticks[0] >= 3  # other tasks ran while it waited
+    # Out of tries: the last unavailable error, no pause after the last try.
+    never, tried = flaky(100)
+
+    async def anever() -> str:
+        return never()
+
+    with pytest.raises(BackendUnavailableError, match=r"try 3\)"):
+        asyncio.run(aride_outage(anever, tries=3, policy=Backoff(0.001, 0.001, jitter="none")))
+    assert tried == [3]
+    with pytest.raises(ValueError, match="tries=0"):
+        asyncio.run(aride_outage(anever, tries=0))

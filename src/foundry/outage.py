@@ -26,15 +26,16 @@ documented totals hold) unless the caller passes its own :class:`~foundry.retry.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from foundry.errors import BackendUnavailableError
 from foundry.retry import OUTAGE, Backoff
 
-__all__ = ["ride_outage"]
+__all__ = ["aride_outage", "ride_outage"]
 
 T = TypeVar("T")
 
@@ -52,26 +53,72 @@ def ride_outage(
     until ``tries`` calls, ``within`` seconds or ``stop`` (whichever comes first; none of
     them: for as long as the outage lasts). ``sleep`` waits a pause (default: ``stop.wait``
     when there is a ``stop``, else ``time.sleep``)."""
+    pause = sleep if sleep is not None else (stop.wait if stop is not None else time.sleep)
     if tries is not None and tries < 1:
         raise ValueError(f"ride_outage: tries={tries} is below 1. Fix: give tries=1 or more, or None")
-    pause = sleep if sleep is not None else (stop.wait if stop is not None else time.sleep)
-    deadline = None if within is None else time.monotonic() + within
-    pauses: Iterator[float] | None = None  # made at the first outage (most calls meet none)
-    done = 0
+    started = time.monotonic()
+    riding = None  # made at the first outage (most calls meet none)
     while True:
         try:
             return call()
         except BackendUnavailableError:
-            done += 1
-            if stop is not None and stop.is_set():
-                raise
-            if tries is not None and done >= tries:
-                raise
-            if pauses is None:
-                pauses = policy.pauses()
-            wait = next(pauses)
-            if deadline is not None and time.monotonic() + wait > deadline:
+            riding = riding or _Riding(tries, within, stop, policy, started)
+            wait = riding.next_pause()
+            if wait is None:
                 raise
             pause(wait)
             if stop is not None and stop.is_set():  # stopped during the pause: no further call
                 raise
+
+
+async def aride_outage(
+    call: Callable[[], Awaitable[T]],
+    *,
+    tries: int | None = None,
+    within: float | None = None,
+    policy: Backoff = OUTAGE,
+) -> T:
+    """:func:`ride_outage` for a coroutine: ``await call()``, the pauses awaited on the
+    running loop (``asyncio.sleep``), bounded by ``tries`` and ``within`` alike."""
+    if tries is not None and tries < 1:
+        raise ValueError(f"aride_outage: tries={tries} is below 1. Fix: give tries=1 or more, or None")
+    started = time.monotonic()
+    riding = None
+    while True:
+        try:
+            return await call()
+        except BackendUnavailableError:
+            riding = riding or _Riding(tries, within, None, policy, started)
+            wait = riding.next_pause()
+            if wait is None:
+                raise
+            await asyncio.sleep(wait)
+
+
+class _Riding:
+    """The bounds of one ride: :meth:`next_pause` after each unavailable call."""
+
+    def __init__(
+        self,
+        tries: int | None,
+        within: float | None,
+        stop: threading.Event | None,
+        policy: Backoff,
+        started: float,
+    ) -> None:
+        self.tries, self.stop = tries, stop
+        self.deadline = None if within is None else started + within
+        self.done = 0
+        self.pauses: Iterator[float] = policy.pauses()
+
+    def next_pause(self) -> float | None:
+        """Seconds to wait before the next call, or ``None``: a bound is reached, give up."""
+        self.done += 1
+        if self.stop is not None and self.stop.is_set():
+            return None
+        if self.tries is not None and self.done >= self.tries:
+            return None
+        wait = next(self.pauses)
+        if self.deadline is not None and time.monotonic() + wait > self.deadline:
+            return None
+        return wait

@@ -9,6 +9,7 @@ The runtime (publish, consumer groups, offsets) lives in ``foundry.deliver.strea
         ...
 
     signaling.publish({"type": "connect", "session_id": "s-1"}, id="evt-1")
+    await signaling.apublish({"type": "hangup", "session_id": "s-1"})  # in async code
     with signaling.run(consumers=2):      # two consumers per group, in threads
         ...
     signaling.replay("billing", offset=1) # or time=unix_seconds
@@ -140,7 +141,16 @@ class StreamDecl:
         return self.runtime.publish_many(events, ids=ids, keys=keys)
 
     async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
+        """:meth:`publish` from async code, awaited on the caller's own event loop (on NATS
+        one ``js.publish`` through that loop's connection; SQLite and Redis append in a
+        worker thread): the loop goes on while the log stores the event."""
         return await self.runtime.apublish(event, id=id, key=key)
+
+    async def apublish_many(
+        self, events: Iterable[Any], *, ids: Sequence[str] | None = None, keys: Sequence[Any] | None = None
+    ) -> list[Published]:
+        """:meth:`publish_many` from async code, awaited on the caller's own event loop."""
+        return await self.runtime.apublish_many(events, ids=ids, keys=keys)
 
     def consumer(
         self,

@@ -5,6 +5,7 @@ duplicates only inside the uncommitted window (and absorbed by the idempotent ha
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import signal
@@ -183,7 +184,10 @@ def private_nats() -> Iterator[PrivateServer]:
 
 
 @pytest.mark.slow
-def test_nats_server_restarted_mid_run_loses_nothing(tmp_path: Path, private_nats: PrivateServer) -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["publish", "apublish"])
+def test_nats_server_restarted_mid_run_loses_nothing(
+    tmp_path: Path, private_nats: PrivateServer, awaited: bool
+) -> None:
     url = private_nats.url
     app = Foundry("restart", stream=url, home=tmp_path)
     stream = app.stream(unique("restart"), key="k", partitions=2)
@@ -216,8 +220,25 @@ def test_nats_server_restarted_mid_run_loses_nothing(tmp_path: Path, private_nat
             published.append(event_id)
             time.sleep(0.002)
 
+    async def apublish() -> None:  # on this thread's own loop: its own connection rides the restart
+        for i in range(total):
+            event_id = f"e{i}"
+            until = time.monotonic() + 60
+            while True:
+                try:
+                    await stream.apublish({"k": f"key-{i % 7}", "n": i}, id=event_id)
+                    break
+                except BackendUnavailableError:
+                    if time.monotonic() > until:
+                        raise
+                    await asyncio.sleep(0.1)
+            published.append(event_id)
+            await asyncio.sleep(0.002)
+
     consumers = stream.run()
-    publisher = threading.Thread(target=publish, daemon=True)
+    publisher = threading.Thread(
+        target=(lambda: asyncio.run(apublish())) if awaited else publish, daemon=True
+    )
     try:
         publisher.start()
         _wait_for("a third of the events", lambda: len(seen) >= total // 3, 60)

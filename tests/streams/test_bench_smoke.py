@@ -25,10 +25,12 @@ def test_stream_bench_smoke() -> None:
     report = json.loads(out.stdout)
     assert report["events"] == 1000
     pairs = {(r["engine"], r["op"]) for r in report["results"]}
-    ops = ("publish", "publish1", "consume")
+    ops = ("publish", "publish1", "publish async", "publish1 async", "consume")
     assert pairs == {(e, op) for e in ("sqlite", "redis", "nats") for op in ops} | {
         ("nats", "publish1 hop"),
+        ("nats", "publish hdrs"),
         ("sqlite", "publish sql"),
         ("sqlite", "consume loop"),
     }
     assert all(r["raw"] > 0 and r["foundry"] > 0 for r in report["results"])
+    assert all(r["cpu_us"][0] > 0 and r["cpu_us"][1] > 0 for r in report["results"])

@@ -5,12 +5,18 @@ Each test states the part of the contract in ``foundry.backends.stream.base`` it
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import gc
+import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
 
 from foundry.backends.stream import (
+    Appended,
     Event,
     NewEvent,
     Start,
@@ -103,6 +109,71 @@ def test_publish_dedup_by_event_id(backend: StreamBackend, make_stream: MakeStre
     assert sorted(e.id for e in drain(backend, s.name, "g", 2)) == sorted(
         [f"e{i}" for i in range(5)] + ["new"]
     )
+
+
+def test_aappend_on_the_callers_loops_keeps_order_and_dedup(
+    backend: StreamBackend, make_stream: MakeStream
+) -> None:
+    s = make_stream(partitions=2, dedup_window=60.0)
+
+    async def publish(prefix: str) -> list[Appended]:
+        # One event alone (a request/reply on NATS), then a batch, awaited on this loop.
+        one = await backend.aappend(s.name, events(1, prefix=prefix))
+        return one + await backend.aappend(s.name, events(9, start=1, prefix=prefix))
+
+    # Given two loops, each in its own thread, appending at once (each its own connection) ...
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda prefix: asyncio.run(publish(prefix)), ["a", "b"]))
+    # ... and a third loop that retries the first one's events (a producer retry).
+    again = asyncio.run(publish("a"))
+    assert not any(a.duplicate for run in runs for a in run)
+    assert all(a.duplicate for a in again)
+    assert [a.partition for a in again] == [a.partition for a in runs[0]]
+    # Then each loop's events are in its order within each partition, offsets dense ...
+    for p in range(2):
+        for run in runs:
+            mine = [a.offset for a in run if a.partition == p]
+            assert mine == sorted(mine)
+        stored = sorted(a.offset for run in runs for a in run if a.partition == p)
+        assert stored == list(range(1, len(stored) + 1))
+    # ... and every event is stored exactly once.
+    assert backend.info(s.name).events == 20
+    backend.create_group(s.name, "g", Start.beginning())
+    got = [e.id for e in drain(backend, s.name, "g", 2)]
+    assert sorted(got) == sorted(f"{prefix}{i}" for prefix in "ab" for i in range(10))
+
+
+def test_many_running_loops_append_and_close_leaves_none_of_their_connections(backend_url: str) -> None:
+    backend = open_stream_backend(backend_url)
+    config = StreamConfig(f"t-{uuid.uuid4().hex[:10]}")
+    backend.ensure_stream(config)
+    # Given more running loops (each in its own thread) than NATS gives a connection of
+    # their own (the rest share the backend's, through its thread) ...
+    loops = [asyncio.new_event_loop() for _ in range(10)]
+    threads = [threading.Thread(target=loop.run_forever) for loop in loops]
+    for thread in threads:
+        thread.start()
+    try:
+        # ... each appending three events of its own, all at once:
+        futures = [
+            asyncio.run_coroutine_threadsafe(backend.aappend(config.name, events(3, prefix=f"l{i}-")), loop)
+            for i, loop in enumerate(loops)
+        ]
+        appended = [a for future in futures for a in future.result(30)]
+        # Then every event is stored once, offsets dense ...
+        assert sorted(a.offset for a in appended) == list(range(1, 31))
+        assert backend.info(config.name).events == 30
+        backend.delete_stream(config.name)
+        # ... and when the backend closes, the loops are left with no connection open:
+        # no warning of an unclosed transport or a pending task when they stop and close.
+        backend.close()
+    finally:
+        for loop in loops:
+            loop.call_soon_threadsafe(loop.stop)
+        for thread, loop in zip(threads, loops, strict=True):
+            thread.join(30)
+            loop.close()
+        gc.collect()
 
 
 # -- groups ----------------------------------------------------------------------

@@ -76,6 +76,46 @@ def test_per_key_order_with_several_consumers_per_group(make_app: MakeApp, backe
     assert all(p.lag == 0 and p.pending == 0 for p in s.lag("a"))
 
 
+def test_apublish_on_the_callers_loop_is_consumed_exactly_once(make_app: MakeApp, backend_url: str) -> None:
+    app = make_app(backend_url)
+    s = app.stream(unique("async"), key="k", partitions=2)
+    seen: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    @s.consumer(group="g", batch=8)
+    def handle(event: StreamEvent) -> None:
+        with lock:
+            seen[event.id] += 1
+
+    events = workload(30, keys=4)
+    ids = [f"e{e['n']}" for e in events]
+
+    async def produce() -> tuple[list[Any], list[Any]]:
+        # One at a time, then the rest as a batch, then the first ten again (a retry).
+        first = [await s.apublish(e, id=i) for e, i in zip(events[:10], ids[:10], strict=True)]
+        rest = await s.apublish_many(events[10:], ids=ids[10:])
+        again = await s.apublish_many(events[:10], ids=ids[:10])
+        return first + rest, again
+
+    published, again = asyncio.run(produce())
+    # A second loop (another asyncio.run) publishes too, beside a synchronous publish.
+    late = asyncio.run(s.apublish({"k": "key-9", "n": 30}, id="e30"))
+    s.publish({"k": "key-9", "n": 31}, id="e31")
+    assert [p.id for p in published] == ids
+    assert not any(p.duplicate for p in published)
+    assert all(p.duplicate for p in again)
+    assert not late.duplicate
+    assert [p.partition for p in again] == [p.partition for p in published[:10]]
+    # Every event is handled exactly once, and the published count holds no duplicate.
+    s.drain(timeout=60)
+    assert seen == collections.Counter([*ids, "e30", "e31"])
+    assert app.metrics.value(names.STREAM_PUBLISHED, stream=s.name) == 32
+    # Bad input is refused before anything is sent, as publish does.
+    with pytest.raises(SubmitError, match="no field 'k'"):
+        asyncio.run(s.apublish_many([{"k": "x", "n": 1}, {"n": 2}]))
+    assert sum(p.end for p in s.lag("g")) == 32
+
+
 def test_failing_event_is_retried_in_place_then_dead_lettered(make_app: MakeApp) -> None:
     app = make_app()
     s = app.stream(unique("pay"), key="k")

@@ -205,6 +205,11 @@ def test_a_publish_returns_once_the_consumers_have_handled_it(tmp_path: Path) ->
         assert len(events.dead_letters("welcome")) == 1
         events.publish({"user": "dee"})  # the group went on past it
         assert welcomed[-1] == "dee"
+        asyncio.run(events.apublish({"user": "eve"}))  # the async publish waits for it too
+        assert welcomed[-1] == "eve"
+        with pytest.raises(PermissionError, match="no welcome for mallory"):
+            asyncio.run(events.apublish_many([{"user": "fay"}, {"user": "mallory"}]))
+        assert welcomed[-1] == "fay"
         assert (sandbox.home / "stream.db").exists()
 
 

@@ -4,6 +4,7 @@ global ``TracerProvider`` is set, on without the API is an error naming the fix.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -24,10 +25,13 @@ from tests.tracing.conftest import Spans, parent_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("engine", ["sqlite", "redis"])
-def test_a_stream_handler_runs_in_the_trace_of_the_publish(spans: Spans, tmp_path: Path, engine: str) -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["publish_many", "apublish_many"])
+@pytest.mark.parametrize("engine", ["sqlite", "redis", "nats"])
+def test_a_stream_handler_runs_in_the_trace_of_the_publish(
+    spans: Spans, tmp_path: Path, engine: str, awaited: bool
+) -> None:
     # Given a traced app with a stream and one consumer group
-    url = f"sqlite:///{tmp_path / 'stream.db'}" if engine == "sqlite" else require("redis")
+    url = f"sqlite:///{tmp_path / 'stream.db'}" if engine == "sqlite" else require(engine)
     app = Foundry(unique("app"), home=tmp_path, stream=url, tracing=spans.provider)
     s = app.stream(unique("orders"), key="order")
     seen: dict[str, int] = {}
@@ -40,13 +44,16 @@ def test_a_stream_handler_runs_in_the_trace_of_the_publish(spans: Spans, tmp_pat
         # When two events are published in one call inside a span, and the group drains them
         s.runtime.ensure_group("billing")
         with spans.provider.get_tracer("test").start_as_current_span("caller"):
-            s.publish_many([{"order": "a"}, {"order": "b"}])
+            if awaited:  # on the caller's loop (NATS: through that loop's own connection)
+                asyncio.run(s.apublish_many([{"order": "a"}, {"order": "b"}]))
+            else:
+                s.publish_many([{"order": "a"}, {"order": "b"}])
         s.drain(timeout=30)
         spans.wait_for("caller", f"send {s.name}")
         processed = [x for x in spans.all() if x.name == f"process {s.name}"]
     finally:
         app.close()
-        if engine == "redis":
+        if engine != "sqlite":
             backend = open_stream_backend(url)
             try:
                 backend.delete_stream(s.name)

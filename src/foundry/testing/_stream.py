@@ -5,6 +5,7 @@ own exception for an event it failed for good (dead-lettered), like a failing ea
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import threading
@@ -77,13 +78,39 @@ class EagerStreamRuntime(_RealRuntime):
         keys: Sequence[Any] | None = None,
     ) -> list[Published]:
         published = super().publish_many(events, ids=ids, keys=keys)
+        self._settle()
+        return published
+
+    def publish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
+        published = super().publish(event, id=id, key=key)
+        self._settle()
+        return published
+
+    async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
+        published = await super().apublish(event, id=id, key=key)
+        await asyncio.to_thread(self._settle)
+        return published
+
+    async def apublish_many(
+        self,
+        events: Iterable[Any],
+        *,
+        ids: Sequence[str] | None = None,
+        keys: Sequence[Any] | None = None,
+    ) -> list[Published]:
+        published = await super().apublish_many(events, ids=ids, keys=keys)
+        await asyncio.to_thread(self._settle)  # the handlers may be async ones on this very loop
+        return published
+
+    def _settle(self) -> None:
+        """Wait until every group handled what was published; raise a handler's error for
+        an event it failed for good."""
         if self.groups:
             self.drain(timeout=_DRAIN)
             with self._failures_lock:
                 failures, self._failures = list(self._failures.values()), {}
             if failures:
                 raise failures[0]
-        return published
 
 
 # what foundry.stream_decl builds a declared stream's runtime from, in a sandbox

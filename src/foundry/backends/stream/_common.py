@@ -4,6 +4,8 @@ and the shape of a dead-letter record.
 * :class:`CheckedRead` is the base class of every engine: its ``read`` (the
   :class:`~foundry.backends.stream.base.StreamBackend` signature) checks the arguments
   once and hands over to the engine's ``_read``.
+* :class:`AppendInThread` gives an engine whose driver is synchronous its ``aappend``:
+  ``append`` in a worker thread, so the caller's event loop goes on meanwhile.
 * :func:`gap_letter` and :func:`event_letter` build the two kinds of
   :class:`~foundry.backends.stream.base.DeadLetter` (a range lost to retention, an event
   a group gave up on); every engine stores what they return.
@@ -15,13 +17,27 @@ Private to ``foundry.backends.stream``; the contract itself stays in ``base``.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from foundry.backends.stream.base import DeadLetter, Event, StreamConfig, gap_reason
+from foundry.backends.stream.base import Appended, DeadLetter, Event, NewEvent, StreamConfig, gap_reason
 
-__all__ = ["CheckedRead", "dead_from_record", "dead_record", "event_letter", "gap_letter"]
+__all__ = ["AppendInThread", "CheckedRead", "dead_from_record", "dead_record", "event_letter", "gap_letter"]
+
+
+class AppendInThread(ABC):
+    """``aappend`` for an engine with a synchronous driver (SQLite, Redis): its ``append``
+    in a worker thread (``asyncio.to_thread``). Cancelling the await does not stop the
+    thread: the append completes or fails on its own, as the contract allows."""
+
+    @abstractmethod
+    def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]: ...
+
+    async def aappend(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """See :meth:`~foundry.backends.stream.base.StreamBackend.aappend`."""
+        return await asyncio.to_thread(self.append, stream, list(events))
 
 
 class CheckedRead(ABC):

@@ -367,6 +367,15 @@ class StreamBackend(Protocol):
         """Append in order (partition by key); dedup by id within the window."""
         ...
 
+    async def aappend(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """:meth:`append` awaited on the caller's event loop, with the same contract (in
+        order, dedup by id, stored durably when it returns), for any loop in any thread.
+        NATS publishes through a connection of the caller's loop (one per loop, made at
+        its first call, a bounded number of loops); SQLite and Redis run ``append`` in a
+        worker thread. A cancelled call may or may not have stored its events: retrying
+        with the same ids is safe (dedup)."""
+        ...
+
     # -- groups ----------------------------------------------------------------
 
     def create_group(self, stream: str, group: str, start: Start) -> bool:

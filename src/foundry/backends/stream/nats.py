@@ -14,6 +14,12 @@ How the contract maps onto JetStream:
   it). A batch goes out with ``publish_async`` and is awaited as a whole. Dedup is per
   partition: an id republished with a *different* key could land elsewhere (a producer
   bug Foundry does not guard against on this engine).
+* **Publishing from a coroutine** (``aappend``): a nats client belongs to the event loop
+  it was made on, so each other loop that appends gets a client of its own, made at its
+  first call (at most ``_LOOP_CLIENTS`` loops; beyond, the call is awaited through the
+  backend's loop thread) and closed when that loop shuts its async generators down
+  (``asyncio.run`` does) or by :meth:`close`. Its append is one ``await js.publish`` (a
+  batch: ``publish_async`` and its acks) on the caller's loop, with no thread in between.
 * **Groups** are durable pull consumers named after the group, ``AckExplicit``,
   ``ack_wait`` = the group's ack deadline, ``max_deliver`` unlimited (Foundry
   dead-letters by its own count, with a reason), ``max_ack_pending`` bounded. A commit
@@ -51,7 +57,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -100,6 +106,7 @@ __all__ = ["NatsStreamBackend", "decode_message"]
 T = TypeVar("T")
 
 _MAX_ACK_PENDING = 20_000
+_LOOP_CLIENTS = 8  # event loops with a connection of their own for aappend (more: a thread hop)
 _DEFAULT_ACK_WAIT = 30.0
 _CONFLICT_CODES = (10071, 10164)  # wrong last subject sequence
 _UNAVAILABLE = (
@@ -228,6 +235,66 @@ def _refused_login(exc: BaseException) -> bool:
     return isinstance(exc, nats.errors.AuthorizationError) or "authorization violation" in str(exc).lower()
 
 
+_CLOSING: set[asyncio.Task[None]] = set()  # closes scheduled on a loop that runs in the closing thread
+
+
+class _LoopClient:
+    """The connection of one event loop other than the backend's, for :meth:`aappend`:
+    a nats client belongs to the loop it was made on. Opened at the loop's first call;
+    closed by the loop's shutdown of its async generators (``asyncio.run`` ends with it:
+    the client registers one) or by the backend's :meth:`close`, whichever comes first."""
+
+    def __init__(self, open: Callable[[], Awaitable[Any]], timeout: float) -> None:
+        self._open = open
+        self._timeout = timeout
+        self._lock: asyncio.Lock | None = None
+        self._nc: Any = None
+        self.js: Any = None
+        self._hook: AsyncGenerator[None, None] | None = None
+
+    async def connect(self) -> Any:
+        if self._nc is not None and not self._nc.is_closed:
+            return self.js
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._nc is None or self._nc.is_closed:
+                nc = await self._open()
+                self._nc, self.js = nc, nc.jetstream(timeout=self._timeout)
+                self._hook = self._closer(nc)
+                await anext(self._hook)  # now the loop's: it closes the client as the loop ends
+        return self.js
+
+    async def _closer(self, nc: Any) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not nc.is_closed:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(nc.close(), self._timeout)
+
+    def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the connection from any thread (the loop must not be blocked)."""
+        hook, self._hook = self._hook, None
+        if hook is None or loop.is_closed():
+            return
+        closing = hook.aclose()
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:  # close() called from a coroutine of that loop: close when it yields
+            task = loop.create_task(closing)
+            _CLOSING.add(task)
+            task.add_done_callback(_CLOSING.discard)
+        elif loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(closing, loop).result(self._timeout * 2)
+        else:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(closing)
+
+
 @dataclass
 class _Part:
     """What this process knows of one (group, partition): the pending window
@@ -266,6 +333,8 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         self._connect_lock: asyncio.Lock | None = None
         self._configs: dict[str, StreamConfig] = {}
         self._parts: dict[tuple[str, str, int], _Part] = {}
+        self._clients: dict[asyncio.AbstractEventLoop, _LoopClient] = {}  # other loops', for aappend
+        self._clients_lock = threading.Lock()
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------
@@ -286,9 +355,25 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             future.cancel()
             raise BackendUnavailableError(f"NATS at {self.shown}: {what} timed out") from exc
 
-    async def _guard(self, make: Callable[[], Awaitable[T]], what: str) -> T:
+    async def _hop(self, make: Callable[[], Coroutine[Any, Any, T]], what: str, timeout: float) -> T:
+        """:meth:`_call` for a coroutine of another loop: awaited there, not blocking it."""
         try:
-            await self._connected()
+            future = asyncio.run_coroutine_threadsafe(self._guard(make, what), self._loop)
+        except RuntimeError as exc:  # the backend's loop closed under us
+            raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one") from exc
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + self._timeout * 3)
+        except TimeoutError as exc:
+            future.cancel()
+            raise BackendUnavailableError(f"NATS at {self.shown}: {what} timed out") from exc
+
+    async def _guard(
+        self, make: Callable[[], Awaitable[T]], what: str, connect: Callable[[], Awaitable[Any]] | None = None
+    ) -> T:
+        """``make()`` once connected (by ``connect``, default the backend's own connection),
+        its driver errors turned into Foundry's."""
+        try:
+            await (connect or self._connected)()
             return await make()
         except (NotFoundError, ConfigError, BackendError):
             raise
@@ -311,45 +396,50 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
             if self._nc is None or self._nc.is_closed:
-                await self._probe()
-
-                async def quiet(*_: Any) -> None:
-                    return None
-
-                refused: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
-
-                async def on_error(exc: BaseException) -> None:
-                    # The client retries a refused login like a lost server, until the
-                    # call's timeout: a refusal is not transient, so stop at the first.
-                    if _refused_login(exc) and not refused.done():
-                        refused.set_result(exc)
-
-                connecting = asyncio.ensure_future(
-                    nats.connect(
-                        servers=self._servers,
-                        connect_timeout=2,
-                        max_reconnect_attempts=-1,
-                        reconnect_time_wait=0.25,
-                        allow_reconnect=True,
-                        error_cb=on_error,
-                        disconnected_cb=quiet,
-                        reconnected_cb=quiet,
-                        closed_cb=quiet,
-                    )
-                )
-                first: set[asyncio.Future[Any]] = {connecting, refused}
-                await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-                if not connecting.done():
-                    connecting.cancel()
-                    with contextlib.suppress(BaseException):
-                        await connecting
-                    raise ConfigError(
-                        f"NATS at {self.shown} refused the login ({refused.result()}). Fix: check the "
-                        "user and password (or token) in the stream URL"
-                    )
-                self._nc = connecting.result()
+                self._nc = await self._open()
                 self._js = self._nc.jetstream(timeout=self._timeout)
         return self._js
+
+    async def _open(self) -> Any:
+        """A new client connected from the running loop (probed first, a refused login
+        raised at once)."""
+        await self._probe()
+
+        async def quiet(*_: Any) -> None:
+            return None
+
+        refused: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+        async def on_error(exc: BaseException) -> None:
+            # The client retries a refused login like a lost server, until the
+            # call's timeout: a refusal is not transient, so stop at the first.
+            if _refused_login(exc) and not refused.done():
+                refused.set_result(exc)
+
+        connecting = asyncio.ensure_future(
+            nats.connect(
+                servers=self._servers,
+                connect_timeout=2,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                allow_reconnect=True,
+                error_cb=on_error,
+                disconnected_cb=quiet,
+                reconnected_cb=quiet,
+                closed_cb=quiet,
+            )
+        )
+        first: set[asyncio.Future[Any]] = {connecting, refused}
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            raise ConfigError(
+                f"NATS at {self.shown} refused the login ({refused.result()}). Fix: check the "
+                "user and password (or token) in the stream URL"
+            )
+        return connecting.result()
 
     async def _probe(self) -> None:
         """Fail fast and clearly when no server listens: the client itself would keep
@@ -386,14 +476,16 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             with contextlib.suppress(Exception):
                 await state.sub.unsubscribe()
 
-    async def _config_async(self, stream: str) -> StreamConfig:
+    async def _config_async(self, stream: str, js: Any = None) -> StreamConfig:
+        """The stream's layout, asked once (through ``js``: default the backend's client)."""
         config = self._configs.get(stream)
         if config is not None:
             return config
+        js = js or self._js
         try:
-            info = await self._js.stream_info(self._jsname(stream, 0))
+            info = await js.stream_info(self._jsname(stream, 0))
         except nats.js.errors.NotFoundError:
-            raise unknown_stream(stream, await self._streams()) from None
+            raise unknown_stream(stream, await self._streams(js)) from None
         meta = json.loads(info.config.description or "{}")
         config = StreamConfig(
             stream,
@@ -470,9 +562,9 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
                 raise
             await self._js.update_stream(config)
 
-    async def _streams(self) -> list[str]:
+    async def _streams(self, js: Any = None) -> list[str]:
         names: set[str] = set()
-        for info in await self._js.streams_info():
+        for info in await (js or self._js).streams_info():
             config = info.config
             if not (config.name or "").startswith(self.prefix.upper() + "_"):
                 continue
@@ -531,29 +623,64 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
     def append(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
         if not events:
             return []
+        return self._call(lambda: self._append(self._js, stream, events), "append", len(events) / 1_000)
 
-        async def run() -> list[Appended]:
-            config = await self._config_async(stream)
-            count = config.partitions
-            subjects = [self._subject(stream, p) for p in range(count)]
-            parts = [partition_for(e.key, e.id, count) for e in events]
-            if len(events) == 1:  # the client's request/reply: fewer loop hops than an async ack
-                one = await self._js.publish(
-                    subjects[parts[0]], events[0].payload, headers=_headers(events[0])
-                )
-                return [Appended(parts[0], int(one.seq), bool(one.duplicate))]
-            publish = self._js.publish_async
-            # No wait_stall: a timed wait per message costs a task each (7x slower); the
-            # whole batch is bounded by the timeout below instead.
+    async def aappend(self, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """:meth:`append` on the caller's loop, through a connection of that loop's own
+        (opened at its first call; closed when the loop shuts its async generators down,
+        as ``asyncio.run`` does, or by :meth:`close`). Beyond ``_LOOP_CLIENTS`` loops, the
+        call goes through the backend's own connection, awaited without blocking."""
+        if not events:
+            return []
+        if self._closed:
+            raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return await self._guard(lambda: self._append(self._js, stream, events), "append")
+        client = self._clients.get(loop) or self._loop_client(loop)
+        if client is None:  # over the bound: the backend's own connection, through its thread
+            return await self._hop(
+                lambda: self._append(self._js, stream, events), "append", len(events) / 1_000
+            )
+        return await self._guard(lambda: self._append(client.js, stream, events), "append", client.connect)
+
+    async def _append(self, js: Any, stream: str, events: Sequence[NewEvent]) -> list[Appended]:
+        """Append through ``js`` (a client of the running loop)."""
+        config = self._configs.get(stream) or await self._config_async(stream, js)
+        count = config.partitions
+        if len(events) == 1:  # the client's request/reply (bounded by its request timeout)
+            event = events[0]
+            part = partition_for(event.key, event.id, count)
+            one = await js.publish(self._subject(stream, part), event.payload, headers=_headers(event))
+            return [Appended(part, int(one.seq), bool(one.duplicate))]
+        subjects = [self._subject(stream, p) for p in range(count)]
+        parts = [partition_for(e.key, e.id, count) for e in events] if count > 1 else [0] * len(events)
+        publish = js.publish_async
+        # No wait_stall: a timed wait per message costs a task each (7x slower); the whole
+        # batch is bounded here instead (publish_async waits while the client's window of
+        # pending acks is full, so the publishing is bounded too).
+        async with asyncio.timeout(self._timeout * 2 + len(events) / 2_000):
             futures = [
                 await publish(subjects[p], e.payload, headers=_headers(e))
                 for e, p in zip(events, parts, strict=True)
             ]
-            async with asyncio.timeout(self._timeout + len(events) / 10_000):
-                acks = await _acks(futures)
-            return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]
+            acks = await _acks(futures)
+        return [Appended(p, int(a.seq), bool(a.duplicate)) for p, a in zip(parts, acks, strict=True)]
 
-        return self._call(run, "append", timeout=len(events) / 10_000)
+    def _loop_client(self, loop: asyncio.AbstractEventLoop) -> _LoopClient | None:
+        """The client of ``loop`` (made, not yet connected, on first use); ``None`` when
+        ``_LOOP_CLIENTS`` other live loops have one."""
+        with self._clients_lock:
+            if self._closed:
+                raise BackendError(f"stream backend {self.shown} is closed. Fix: open a new one")
+            client = self._clients.get(loop)
+            if client is None:
+                for gone in [other for other in self._clients if other.is_closed()]:
+                    del self._clients[gone]
+                if len(self._clients) >= _LOOP_CLIENTS:
+                    return None
+                client = self._clients[loop] = _LoopClient(self._open, self._timeout)
+            return client
 
     def enforce_retention(self, stream: str) -> int:
         self._call(lambda: self._config_async(stream), "retention")
@@ -971,8 +1098,13 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         self._call(lambda: self._release(stream, group, partition, consumer), "release")
 
     def close(self) -> None:
-        if self._closed:
-            return
+        with self._clients_lock:  # closed first: no loop makes a client of its own from now on
+            if self._closed:
+                return
+            self._closed = True
+            clients, self._clients = self._clients, {}
+        for loop, client in clients.items():
+            client.close(loop)
 
         async def shutdown() -> None:
             for key in list(self._parts):
@@ -983,7 +1115,6 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(self._timeout * 2)
-        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(self._timeout)
         if not self._loop.is_running():

@@ -64,6 +64,7 @@ from foundry.backends._urls import (
     url_options,
 )
 from foundry.backends.stream._common import (
+    AppendInThread,
     CheckedRead,
     dead_from_record,
     dead_record,
@@ -235,7 +236,7 @@ def _fields_json(names: list[bytes], values: list[bytes]) -> bytes:
     ).encode()
 
 
-class RedisStreamBackend(ShowsUrl, CheckedRead):
+class RedisStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
     """Redis Streams (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)

@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 from foundry.backends._doorbell import Wakeups
 from foundry.backends._sql_common import sqlite_connect
 from foundry.backends._urls import ShowsUrl
-from foundry.backends.stream._common import CheckedRead, event_letter, gap_letter
+from foundry.backends.stream._common import AppendInThread, CheckedRead, event_letter, gap_letter
 from foundry.backends.stream.base import (
     Appended,
     Capabilities,
@@ -267,7 +267,7 @@ def _insert_dead(conn: sqlite3.Connection, letter: DeadLetter) -> None:
     )
 
 
-class SqliteStreamBackend(ShowsUrl, CheckedRead):
+class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
     """The embedded log (see the module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(atomic_read=True, dense_offsets=True)

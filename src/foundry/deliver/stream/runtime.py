@@ -9,11 +9,12 @@ import inspect
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from foundry.backends.idempotency import IdempotencyStore, open_idempotency_store, store_url_for
 from foundry.backends.stream import (
+    Appended,
     DeadLetter,
     NewEvent,
     PartitionLag,
@@ -39,7 +40,7 @@ from foundry.observe import names
 from foundry.observe.metrics import Registry
 from foundry.observe.stall import UnitLike
 from foundry.observe.tracing import OFF, Tracing, messaging_system
-from foundry.outage import ride_outage
+from foundry.outage import aride_outage, ride_outage
 from foundry.payload import dumps_text
 from foundry.serialize import Codec, get_codec
 
@@ -49,6 +50,16 @@ __all__ = ["StreamRuntime"]
 T = TypeVar("T")
 
 MAX_PAYLOAD = 1024 * 1024  # bytes per event (NATS's default max_payload)
+
+
+def _chunks(events: list[NewEvent], size: int) -> Iterator[list[NewEvent]]:
+    """``events`` in batches of ``size``: one transaction / script / pipelined burst each."""
+    for start in range(0, len(events), size):
+        yield events[start : start + size]
+
+
+def _published(event: NewEvent, appended: Appended) -> Published:
+    return Published(event.id, appended.partition, appended.offset, appended.duplicate)
 
 
 class StreamRuntime:
@@ -169,9 +180,14 @@ class StreamRuntime:
 
     def publish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
         """Append one event; returns once the log stored it (or found its id)."""
-        return self.publish_many(
-            [event], ids=None if id is None else [id], keys=None if key is None else [key]
-        )[0]
+        if self.tracing.tracer() is not None:  # the send span: publish_many's
+            return self.publish_many(
+                [event], ids=None if id is None else [id], keys=None if key is None else [key]
+            )[0]
+        new = self._encode(event, id, key)
+        backend = self.backend
+        [appended] = ride_outage(functools.partial(backend.append, self.name, [new]), tries=8)
+        return self._count(new, appended)
 
     def publish_many(
         self,
@@ -184,13 +200,25 @@ class StreamRuntime:
         each). Every event is validated before any is sent: a bad one rejects the call
         and nothing of it is stored. Traced, the call is one *send* span, whose context
         every event of it carries."""
+        with self._sending() as (span, trace):
+            return self._spanned(span, self._append_all(self._encode_all(events, ids, keys, trace)))
+
+    @contextlib.contextmanager
+    def _sending(self) -> Iterator[tuple[Any, str | None]]:
+        """The *send* span of one publish call and its trace context (``None, None``
+        untraced)."""
         tracer = self.tracing.tracer()
         if tracer is None:
-            return self._publish_many(events, ids, keys, None)
-        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as (span, trace):
-            out = self._publish_many(events, ids, keys, trace)
+            yield None, None
+            return
+        with tracer.send(f"send {self.name}", self.span_attributes("publish", "send")) as sent:
+            yield sent
+
+    @staticmethod
+    def _spanned(span: Any, out: list[Published]) -> list[Published]:
+        if span is not None:
             span.set_attribute("messaging.batch.message_count", len(out))
-            return out
+        return out
 
     def span_attributes(self, operation: str, kind: str) -> dict[str, Any]:
         return {
@@ -201,14 +229,28 @@ class StreamRuntime:
             "foundry.delivery": "stream",
         }
 
-    def _publish_many(
+    def _append_all(self, encoded: list[NewEvent]) -> list[Published]:
+        backend = self.backend
+        out: list[Published] = []
+        for chunk in _chunks(encoded, backend.capabilities.append_batch):
+            # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
+            appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
+            out.extend(map(_published, chunk, appended))
+        return self._counted(out)
+
+    def _counted(self, out: list[Published]) -> list[Published]:
+        self._published.inc(sum(1 for p in out if not p.duplicate))
+        return out
+
+    def _encode_all(
         self,
         events: Iterable[Any],
         ids: Sequence[str] | None,
         keys: Sequence[Any] | None,
         trace: str | None,
-    ) -> list[Published]:
-        items = list(events)
+    ) -> list[NewEvent]:
+        """Every event validated and encoded (before any is sent)."""
+        items = events if isinstance(events, list) else list(events)
         if ids is not None and len(ids) != len(items):
             raise SubmitError(
                 f"stream {self.name!r}: {len(ids)} ids for {len(items)} events. Fix: one id each"
@@ -217,27 +259,63 @@ class StreamRuntime:
             raise SubmitError(
                 f"stream {self.name!r}: {len(keys)} keys for {len(items)} events. Fix: one key each"
             )
-        encoded = [
-            self._encode(item, None if ids is None else ids[i], None if keys is None else keys[i], trace)
-            for i, item in enumerate(items)
+        encode = self._encode
+        if keys is None:
+            if ids is None:
+                return [encode(item, None, None, trace) for item in items]
+            return [encode(item, id, None, trace) for item, id in zip(items, ids, strict=True)]
+        return [
+            encode(item, None if ids is None else ids[i], key, trace)
+            for i, (item, key) in enumerate(zip(items, keys, strict=True))
         ]
-        backend = self.backend
-        out: list[Published] = []
-        size = backend.capabilities.append_batch  # one transaction / script / pipelined burst
-        for start in range(0, len(encoded), size):
-            chunk = encoded[start : start + size]
-            # A retry after "unavailable" re-sends the same ids: dedup makes it safe.
-            appended = ride_outage(functools.partial(backend.append, self.name, chunk), tries=8)
-            out.extend(
-                Published(e.id, a.partition, a.offset, a.duplicate)
-                for e, a in zip(chunk, appended, strict=True)
-            )
-        self._published.inc(sum(1 for p in out if not p.duplicate))
-        return out
 
     async def apublish(self, event: Any, *, id: str | None = None, key: Any = None) -> Published:
-        """:meth:`publish` from async code, off the event loop."""
-        return await asyncio.to_thread(self.publish, event, id=id, key=key)
+        """:meth:`publish` awaited on the caller's event loop (NATS: one ``js.publish``
+        through a connection of that loop; SQLite, Redis: the append in a worker thread)."""
+        if self.tracing.tracer() is not None:  # the send span: publish_many's
+            many = await self.apublish_many(
+                [event], ids=None if id is None else [id], keys=None if key is None else [key]
+            )
+            return many[0]
+        new = self._encode(event, id, key)
+        backend = await self._abackend()
+        [appended] = await aride_outage(functools.partial(backend.aappend, self.name, [new]), tries=8)
+        return self._count(new, appended)
+
+    def _count(self, event: NewEvent, appended: Appended) -> Published:
+        """The record of one published event, counted unless it was a duplicate."""
+        if not appended.duplicate:
+            self._published.inc()
+        return _published(event, appended)
+
+    async def apublish_many(
+        self,
+        events: Iterable[Any],
+        *,
+        ids: Sequence[str] | None = None,
+        keys: Sequence[Any] | None = None,
+    ) -> list[Published]:
+        """:meth:`publish_many` awaited on the caller's event loop: the same validation,
+        batches, dedup and tracing; returns once the log stored every event."""
+        with self._sending() as (span, trace):
+            encoded = self._encode_all(events, ids, keys, trace)
+            return self._spanned(span, await self._aappend_all(encoded))
+
+    async def _aappend_all(self, encoded: list[NewEvent]) -> list[Published]:
+        backend = await self._abackend()
+        out: list[Published] = []
+        for chunk in _chunks(encoded, backend.capabilities.append_batch):
+            appended = await aride_outage(functools.partial(backend.aappend, self.name, chunk), tries=8)
+            out.extend(map(_published, chunk, appended))
+        return self._counted(out)
+
+    async def _abackend(self) -> StreamBackend:
+        """:attr:`backend` for a coroutine: opening it blocks (a connection, the stream
+        made), so the first time it is opened in a worker thread."""
+        backend = self._backend
+        if backend is None or not self._ready or self._closed:
+            return await asyncio.to_thread(lambda: self.backend)
+        return backend
 
     # -- consumers -------------------------------------------------------------
 
