@@ -18,7 +18,8 @@ fastest plain use of each client as the raw side:
   thread (``run_coroutine_threadsafe(...).result()``), which is what a synchronous
   ``publish()`` over an asyncio client costs at least.
 * For SQLite also "publish sql": only the SQL of Foundry's append on its own schema (the
-  event rows and the dedup rows, made beforehand, 1000 per transaction: ``foundry_sql``),
+  event rows, whose index on the id is the dedup record, made beforehand, 1000 per
+  transaction: ``foundry_sql``),
   the floor for ``publish_many`` on this log; and "consume loop": the bare page read plus
   what any consumer does — each event decoded (``json.loads``) and handed to a no-op
   handler, the page's last offset committed in its own transaction (``consume_loop``).
@@ -233,23 +234,22 @@ def raw_sqlite(n: int, ones: int) -> Rates:
 
 def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
     """Only the SQL of Foundry's append, rows made beforehand: per 1000-event transaction
-    the ``fs_events`` rows and the ``fs_dedup`` rows (publish dedup) of its own schema —
-    the floor for ``publish_many`` on this log, whatever the Python around it costs."""
-    conn.executescript(_DDL)
-    stream, n = "bench-raw", len(encoded)
+    the ``fs_events`` rows of its own schema (format 2: keyed by the stream's integer id,
+    the index on the event id that is the publish dedup record kept up) — the floor for
+    ``publish_many`` on this log, whatever the Python around it costs."""
+    for statement in _DDL:
+        conn.execute(statement)
+    sid, n = 1, len(encoded)
     events = [
-        (stream, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
+        (sid, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
     ]
-    dedup = [(stream, f"e{i}", 0, i + 1, 1.0) for i in range(n)]
     t0 = time.perf_counter()
     for start in range(0, n, PAGE):
         conn.execute("BEGIN")
         conn.executemany(
-            "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO fs_events (sid, part, off, id, key, ts, cum, payload, trace) VALUES (?,?,?,?,?,?,?,?,?)",
             events[start : start + PAGE],
         )
-        conn.executemany("INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE])
         conn.execute("COMMIT")
     return rate(n, time.perf_counter() - t0)
 

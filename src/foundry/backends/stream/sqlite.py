@@ -590,7 +590,7 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
         events, and from the dedup records retention left of the events it removed."""
         known: dict[str, tuple[int, int]] = {}
         unique = list(dict.fromkeys(ids))
-        sources = ["fs_events"]
+        sources = ["fs_events INDEXED BY fs_events_id"]  # the planner would scan the stream's events
         if conn.execute("SELECT 1 FROM fs_dedup WHERE sid=? LIMIT 1", (sid,)).fetchone() is not None:
             sources.append("fs_dedup")
         for i in range(0, len(unique), _MAX_VARS):
