@@ -543,11 +543,12 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
             # Per partition: [last offset, cumulative bytes, the timestamp of this batch]
             # (never below the partition's last one, so time seeks can bisect offsets).
             touched: dict[int, list[Any]] = {}
+            seen_get, add_row, add_result = known.get, rows.append, results.append
             for event in events:  # (once per event: keep it lean)
                 ident = event.id
-                seen = known.get(ident)
+                seen = seen_get(ident)
                 if seen is not None:
-                    results.append(Appended(seen[0], seen[1], duplicate=True))
+                    add_result(Appended(seen[0], seen[1], True))
                     continue
                 p = 0 if count == 1 else partition_for(event.key, ident, count)
                 state = touched.get(p)
@@ -555,10 +556,11 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
                     _, last, cum, last_ts = parts[p]
                     state = touched[p] = [last, cum, max(last_ts, now)]
                 state[0] = offset = state[0] + 1
-                state[1] = cum = state[1] + len(event.payload)
-                rows.append((sid, p, offset, ident, event.key, state[2], cum, event.payload, event.trace))
+                payload = event.payload
+                state[1] = cum = state[1] + len(payload)
+                add_row((sid, p, offset, ident, event.key, state[2], cum, payload, event.trace))
                 known[ident] = (p, offset)
-                results.append(Appended(p, offset))
+                add_result(Appended(p, offset))
             conn.executemany(
                 "INSERT INTO fs_events (sid, part, off, id, key, ts, cum, payload, trace) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",

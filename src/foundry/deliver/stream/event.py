@@ -18,7 +18,10 @@ __all__ = ["Published", "StreamEvent"]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+# Made once per published event: not frozen=True, whose __init__ sets each field through
+# object.__setattr__ (as the backend records, foundry.backends.stream.base); treat it as
+# immutable all the same. unsafe_hash keeps it hashable by value, as the frozen one was.
+@dataclass(slots=True, unsafe_hash=True)
 class Published:
     """Where a published event went. ``duplicate``: its id was already in the stream
     (within the dedup window) and nothing new was stored."""
