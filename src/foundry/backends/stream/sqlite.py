@@ -6,8 +6,11 @@ URL: ``sqlite:///relative/stream.db`` or ``sqlite:////absolute/stream.db``; quer
 longest pause of a waiting reader between two looks at the file, see below). ``memory://``
 is a private temporary file, removed at close (tests, demos).
 
-Layout: events are rows keyed ``(stream, partition, offset)`` in one clustered b-tree
-(``WITHOUT ROWID``), so an append is one insert and a read is one range scan. A group
+Layout (format 2, see :func:`open_schema` and docs/streams.md): events are rows keyed
+``(sid, partition, offset)`` in one clustered b-tree (``WITHOUT ROWID``; ``sid`` is the
+stream's integer id), so an append is one insert and a read is one range scan; the
+publish dedup lookup is an index on ``(sid, id)`` of the same rows, and ``fs_dedup`` holds
+only the ids that retention removed inside their dedup window. A group
 keeps per partition ``committed`` and ``delivered``; the pending window
 ``(committed, delivered]`` is stored as a few *ranges* that share a delivery count and a
 deadline (one row per batch, not one per event). Appends of a batch commit in one
@@ -98,7 +101,6 @@ CREATE TABLE IF NOT EXISTS fs_events (
     trace TEXT, -- the W3C trace context it was published in (foundry.tracecontext)
     PRIMARY KEY (sid, part, off)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS fs_events_id ON fs_events (sid, id);
 CREATE TABLE IF NOT EXISTS fs_dedup (
     sid INTEGER NOT NULL, id TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL,
     ts REAL NOT NULL, PRIMARY KEY (sid, id)
@@ -127,7 +129,8 @@ CREATE TABLE IF NOT EXISTS fs_leases (
     expires REAL NOT NULL, PRIMARY KEY (stream, grp, part)
 ) WITHOUT ROWID;
 """
-_DDL = [statement for statement in _TABLES.split(";") if statement.strip()]  # the log's tables, format 2
+_INDEX = "CREATE INDEX IF NOT EXISTS fs_events_id ON fs_events (sid, id)"  # the publish dedup lookup
+_DDL = [*(statement for statement in _TABLES.split(";") if statement.strip()), _INDEX]  # format 2
 
 # Format 1 -> 2, in the transaction that holds the write lock (open_schema). The tables
 # keyed by the stream's name per batch (parts, groups, pending, dead letters, leases) stay
@@ -148,7 +151,8 @@ INSERT OR REPLACE INTO fs_dedup (sid, id, part, off, ts)
     WHERE NOT EXISTS (SELECT 1 FROM fs_events e WHERE e.sid = s.sid AND e.part = d.part AND e.off = d.off);
 DROP TABLE fs_streams_v1;
 DROP TABLE fs_events_v1;
-DROP TABLE fs_dedup_v1
+DROP TABLE fs_dedup_v1;
+{index}
 """
 
 _V1_MISSING = (
@@ -182,7 +186,8 @@ def open_schema(conn: sqlite3.Connection, path: Path) -> int:
                 conn.execute(statement)
             if "trace" not in _columns(conn, "fs_events"):  # a log from before traces
                 conn.execute("ALTER TABLE fs_events ADD COLUMN trace TEXT")
-            for statement in _MIGRATE_1.replace("{tables}", ";".join(_DDL)).split(";"):
+            script = _MIGRATE_1.replace("{tables}", _TABLES).replace("{index}", _INDEX)  # index built once
+            for statement in script.split(";"):
                 if statement.strip():
                     conn.execute(statement)
         else:
