@@ -15,8 +15,8 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from foundry.backends.idempotency import IdempotencyStore
