@@ -577,7 +577,7 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
                     (last, cum, last_ts, stream, p),
                 )
                 if config.max_events is not None or config.max_bytes is not None:
-                    self._trim_size(conn, config, sid, p, parts[p][0], last, cum, now)
+                    self._trim_size(conn, config, sid, p, (parts[p][0], last, cum), now)
             self._maybe_trim_age(conn, config, sid, now)
         self._wake.ring()
         return results
@@ -656,11 +656,12 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
         config: StreamConfig,
         sid: int,
         part: int,
-        first: int,
-        last: int,
-        cum: int,
+        span: Sequence[int],
         now: float,
     ) -> int:
+        """Apply ``max_events`` / ``max_bytes`` to ``part``, whose ``span`` is (first offset,
+        last offset, cumulative bytes)."""
+        first, last, cum = span[0], span[1], span[2]
         cut = first - 1
         if config.max_events is not None:
             cut = max(cut, last - config.max_events)
@@ -734,7 +735,7 @@ class SqliteStreamBackend(ShowsUrl, CheckedRead):
             removed = self._maybe_trim_age(conn, config, sid, now, force=True)
             if config.max_events is not None or config.max_bytes is not None:
                 for part, (first, last, cum, _) in self._parts(conn, stream).items():
-                    removed += self._trim_size(conn, config, sid, part, first, last, cum, now)
+                    removed += self._trim_size(conn, config, sid, part, (first, last, cum), now)
         return removed
 
     # -- groups ----------------------------------------------------------------
