@@ -3,6 +3,7 @@
     python bench/stream.py                      # 20 000 events of 100 bytes, 5 paired rounds
     python bench/stream.py --events 5000 --engines sqlite,redis
     python bench/stream.py --quick              # a few seconds (the test suite's smoke run)
+    python bench/stream.py --engines sqlite --clock cpu   # per CPU second: steadier on a busy machine
 
 For each engine, one partition (one subject / one Redis stream), 100-byte events, and the
 fastest plain use of each client as the raw side:
