@@ -3,7 +3,6 @@
     python bench/stream.py                      # 20 000 events of 100 bytes, 5 paired rounds
     python bench/stream.py --events 5000 --engines sqlite,redis
     python bench/stream.py --quick              # a few seconds (the test suite's smoke run)
-    python bench/stream.py --engines sqlite --clock cpu   # per CPU second: steadier on a busy machine
 
 For each engine, one partition (one subject / one Redis stream), 100-byte events, and the
 fastest plain use of each client as the raw side:
@@ -19,8 +18,7 @@ fastest plain use of each client as the raw side:
   thread (``run_coroutine_threadsafe(...).result()``), which is what a synchronous
   ``publish()`` over an asyncio client costs at least.
 * For SQLite also "publish sql": only the SQL of Foundry's append on its own schema (the
-  event rows, whose index on the id is the dedup record, made beforehand, 1000 per
-  transaction: ``foundry_sql``),
+  event rows — and on format 1 the dedup rows — made beforehand, 1000 per transaction: ``foundry_sql``),
   the floor for ``publish_many`` on this log; and "consume loop": the bare page read plus
   what any consumer does — each event decoded (``json.loads``) and handed to a no-op
   handler, the page's last offset committed in its own transaction (``consume_loop``).
@@ -81,12 +79,6 @@ ROWS = (
 )
 
 Rates = dict[str, float]  # events per second by op
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
-_clock = [time.perf_counter]  # what the measurements read (--clock)
-
-
-def clock() -> float:
-    return _clock[0]()
 
 
 def payload() -> bytes:
@@ -122,33 +114,33 @@ def raw_nats(n: int, ones: int) -> Rates:
             data = payload()
             await js.publish_async(single, data)  # warm up: the client subscribes to its ack inbox
             await js.publish_async_completed()
-            t0 = clock()
+            t0 = time.perf_counter()
             for _ in range(n):  # the client bounds what is in flight (publish_async_max_pending)
                 await js.publish_async(subject, data)
             await js.publish_async_completed()
-            published = rate(n, clock() - t0)
-            t0 = clock()
+            published = rate(n, time.perf_counter() - t0)
+            t0 = time.perf_counter()
             for _ in range(ones):
                 await js.publish(single, data)
-            one = rate(ones, clock() - t0)
+            one = rate(ones, time.perf_counter() - t0)
             loop = asyncio.get_running_loop()
 
             def from_a_thread() -> float:  # what any synchronous caller of the client pays
-                t0 = clock()
+                t0 = time.perf_counter()
                 for _ in range(ones):
                     asyncio.run_coroutine_threadsafe(js.publish(single, data), loop).result()
-                return rate(ones, clock() - t0)
+                return rate(ones, time.perf_counter() - t0)
 
             hop = await asyncio.to_thread(from_a_thread)
             sub = await js.pull_subscribe(subject, durable="raw", stream=name)
             got = 0
-            t0 = clock()
+            t0 = time.perf_counter()
             while got < n:
                 msgs = await sub.fetch(FETCH, timeout=5)
                 for msg in msgs:
                     await msg.ack()
                 got += len(msgs)
-            consumed = rate(n, clock() - t0)
+            consumed = rate(n, time.perf_counter() - t0)
             await sub.unsubscribe()
             return {"publish": published, "publish1": one, "publish1 hop": hop, "consume": consumed}
         finally:
@@ -165,27 +157,27 @@ def raw_redis(n: int, ones: int) -> Rates:
     key = f"bench:raw:{uuid.uuid4().hex[:8]}"
     try:
         data = payload()
-        t0 = clock()
+        t0 = time.perf_counter()
         for start in range(0, n, 1000):
             pipe = r.pipeline(transaction=False)
             for _ in range(min(1000, n - start)):
                 pipe.xadd(key, {"d": data})
             pipe.execute()
-        published = rate(n, clock() - t0)
-        t0 = clock()
+        published = rate(n, time.perf_counter() - t0)
+        t0 = time.perf_counter()
         for _ in range(ones):
             r.xadd(f"{key}:1", {"d": data})
-        one = rate(ones, clock() - t0)
+        one = rate(ones, time.perf_counter() - t0)
         r.xgroup_create(key, "raw", id="0")
         got = 0
-        t0 = clock()
+        t0 = time.perf_counter()
         while got < n:
             reply = r.xreadgroup("raw", "c1", {key: ">"}, count=FETCH, block=5000)
             entries = reply[0][1] if reply else []
             if entries:
                 r.xack(key, "raw", *[entry_id for entry_id, _ in entries])
             got += len(entries)
-        consumed = rate(n, clock() - t0)
+        consumed = rate(n, time.perf_counter() - t0)
         return {"publish": published, "publish1": one, "consume": consumed}
     finally:
         r.delete(key, f"{key}:1")
@@ -203,7 +195,7 @@ def raw_sqlite(n: int, ones: int) -> Rates:
         )
         data = payload()
         encoded = [json.dumps(event(i), separators=(",", ":")).encode() for i in range(n)]  # 100 bytes
-        t0 = clock()
+        t0 = time.perf_counter()
         for start in range(0, n, PAGE):
             conn.execute("BEGIN")
             conn.executemany(
@@ -211,22 +203,22 @@ def raw_sqlite(n: int, ones: int) -> Rates:
                 ((i, encoded[i]) for i in range(start, min(n, start + PAGE))),
             )
             conn.execute("COMMIT")
-        published = rate(n, clock() - t0)
-        t0 = clock()
+        published = rate(n, time.perf_counter() - t0)
+        t0 = time.perf_counter()
         for i in range(1, ones + 1):
             conn.execute("BEGIN")
             conn.execute("INSERT INTO log VALUES (1, ?, ?)", (i, data))
             conn.execute("COMMIT")
-        one = rate(ones, clock() - t0)
+        one = rate(ones, time.perf_counter() - t0)
         got, last = 0, -1
-        t0 = clock()
+        t0 = time.perf_counter()
         while got < n:
             rows = conn.execute(
                 "SELECT off, payload FROM log WHERE part=0 AND off>? ORDER BY off LIMIT ?", (last, PAGE)
             ).fetchall()
             last = rows[-1][0]
             got += len(rows)
-        consumed = rate(n, clock() - t0)
+        consumed = rate(n, time.perf_counter() - t0)
         loop = consume_loop(conn, n)
         schema = foundry_sql(conn, encoded)
         conn.close()
@@ -242,35 +234,35 @@ def raw_sqlite(n: int, ones: int) -> Rates:
 def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
     """Only the SQL of Foundry's append on its own schema, rows made beforehand, 1000 per
     transaction — the floor for ``publish_many`` on this log, whatever the Python around it
-    costs. Format 2 (``_DDL`` a list of statements): the ``fs_events`` rows, keyed by the
-    stream's integer id, whose index on the event id is the publish dedup record. Format 1
-    (the code before it, ``_DDL`` one script): the ``fs_events`` rows and the ``fs_dedup``
-    rows, both keyed by the stream's name."""
-    n = len(encoded)
-    if isinstance(_DDL, str):  # format 1
+    costs. The log's format 2 (``_DDL`` a list of statements): the ``fs_events`` rows, keyed
+    by the stream's integer id, whose index on the event id is the publish dedup record.
+    Format 1 (the code before it, ``_DDL`` one script): the ``fs_events`` rows and the
+    ``fs_dedup`` rows, both keyed by the stream's name."""
+    by_name = isinstance(_DDL, str)  # format 1
+    if by_name:
         conn.executescript(_DDL)
-        key: Any = "bench-raw"
-        insert = "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) VALUES "
-        dedup = [(key, f"e{i}", 0, i + 1, 1.0) for i in range(n)]
     else:
         for statement in _DDL:
             conn.execute(statement)
-        key = 1
-        insert = "INSERT INTO fs_events (sid, part, off, id, key, ts, cum, payload, trace) VALUES "
-        dedup = []
+    stream, n = ("bench-raw" if by_name else 1), len(encoded)
     events = [
-        (key, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
+        (stream, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
     ]
-    t0 = clock()
+    dedup = [(stream, f"e{i}", 0, i + 1, 1.0) for i in range(n)]
+    t0 = time.perf_counter()
     for start in range(0, n, PAGE):
         conn.execute("BEGIN")
-        conn.executemany(insert + "(?,?,?,?,?,?,?,?,?)", events[start : start + PAGE])
-        if dedup:
+        conn.executemany(
+            f"INSERT INTO fs_events ({'stream' if by_name else 'sid'}, part, off, id, key, ts, cum, payload, "
+            "trace) VALUES (?,?,?,?,?,?,?,?,?)",
+            events[start : start + PAGE],
+        )
+        if by_name:  # format 2 has no dedup row per event
             conn.executemany(
                 "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE]
             )
         conn.execute("COMMIT")
-    return rate(n, clock() - t0)
+    return rate(n, time.perf_counter() - t0)
 
 
 def consume_loop(conn: sqlite3.Connection, n: int) -> float:
@@ -284,7 +276,7 @@ def consume_loop(conn: sqlite3.Connection, n: int) -> float:
         return None
 
     got = 0
-    t0 = clock()
+    t0 = time.perf_counter()
     while got < n:
         (last,) = conn.execute("SELECT off FROM offsets WHERE grp='loop'").fetchone()
         rows = conn.execute(
@@ -296,7 +288,7 @@ def consume_loop(conn: sqlite3.Connection, n: int) -> float:
         conn.execute("UPDATE offsets SET off=? WHERE grp='loop'", (rows[-1][0],))
         conn.execute("COMMIT")
         got += len(rows)
-    return rate(n, clock() - t0)
+    return rate(n, time.perf_counter() - t0)
 
 
 # -- Foundry ----------------------------------------------------------------------
@@ -323,18 +315,18 @@ def foundry(url: str, n: int, ones: int) -> Rates:
         try:
             stream.runtime.backend  # noqa: B018 (connect and create the streams outside the timing)
             single.publish({"k": "warm-up"}, id="warm-up")
-            t0 = clock()
+            t0 = time.perf_counter()
             stream.publish_many(events, ids=ids)
-            published = rate(n, clock() - t0)
-            t0 = clock()
+            published = rate(n, time.perf_counter() - t0)
+            t0 = time.perf_counter()
             for i in range(ones):
                 single.publish(events[i], id=ids[i])
-            one = rate(ones, clock() - t0)
-            t0 = clock()
+            one = rate(ones, time.perf_counter() - t0)
+            t0 = time.perf_counter()
             consumers = stream.run()
             if not done.wait(max(60.0, n / 2000)):
                 raise RuntimeError(f"{url}: only {handled[0]} of {n} events consumed")
-            consumed = rate(n, clock() - t0)
+            consumed = rate(n, time.perf_counter() - t0)
             consumers.stop()
             return {"publish": published, "publish1": one, "consume": consumed}
         finally:
@@ -366,15 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="nats,redis,sqlite")
     parser.add_argument("--quick", action="store_true", help="1000 events, one round: a smoke run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument(
-        "--clock",
-        choices=sorted(CLOCKS),
-        default="wall",
-        help="wall: events per second; cpu: events per CPU second of this process (every thread: "
-        "all of an embedded log's work, only the client's of a server's), which other load moves less",
-    )
     args = parser.parse_args(argv)
-    _clock[0] = CLOCKS[args.clock]
     n = 1000 if args.quick else args.events
     ones = max(1, n // 10)
     repeat = 1 if args.quick else max(1, args.repeat)
@@ -413,17 +397,11 @@ def main(argv: list[str] | None = None) -> int:
             )
     load = f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     if args.json:
-        print(
-            json.dumps(
-                {"events": n, "repeat": repeat, "clock": args.clock, "load": load, "results": results},
-                indent=2,
-            )
-        )
+        print(json.dumps({"events": n, "repeat": repeat, "load": load, "results": results}, indent=2))
         return 0
-    unit = "per second" if args.clock == "wall" else "per CPU second of the process"
     print(
         f"{n} events of {SIZE} bytes ({ones} for publish1, one at a time), one partition, "
-        f"{repeat} rounds; events {unit}, best of the rounds ({load})\n"
+        f"{repeat} rounds; events per second, best of the rounds ({load})\n"
     )
     head = f"{'engine':<8} {'op':<12} {'raw client':<38} {'raw/s':>10} {'foundry/s':>10} {'ratio':>7}"
     print(f"{head}  paired median (range)")
