@@ -25,7 +25,7 @@ fastest plain use of each client as the raw side:
   on its own loop too): on NATS a connection of the caller's loop, no thread hop; on
   SQLite and Redis the append in a worker thread.
 * For SQLite also "publish sql": only the SQL of Foundry's append on its own schema (the
-  event rows and the dedup rows, made beforehand, 1000 per transaction: ``foundry_sql``),
+  event rows — and on format 1 the dedup rows — made beforehand, 1000 per transaction: ``foundry_sql``),
   the floor for ``publish_many`` on this log; and "consume loop": the bare page read plus
   what any consumer does — each event decoded (``json.loads``) and handed to a no-op
   handler, the page's last offset committed in its own transaction (``consume_loop``).
@@ -272,11 +272,19 @@ def raw_sqlite(n: int, ones: int) -> Rates:
 
 
 def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
-    """Only the SQL of Foundry's append, rows made beforehand: per 1000-event transaction
-    the ``fs_events`` rows and the ``fs_dedup`` rows (publish dedup) of its own schema —
-    the floor for ``publish_many`` on this log, whatever the Python around it costs."""
-    conn.executescript(_DDL)
-    stream, n = "bench-raw", len(encoded)
+    """Only the SQL of Foundry's append on its own schema, rows made beforehand, 1000 per
+    transaction — the floor for ``publish_many`` on this log, whatever the Python around it
+    costs. The log's format 2 (``_DDL`` a list of statements): the ``fs_events`` rows, keyed
+    by the stream's integer id, whose index on the event id is the publish dedup record.
+    Format 1 (the code before it, ``_DDL`` one script): the ``fs_events`` rows and the
+    ``fs_dedup`` rows, both keyed by the stream's name."""
+    by_name = isinstance(_DDL, str)  # format 1
+    if by_name:
+        conn.executescript(_DDL)
+    else:
+        for statement in _DDL:
+            conn.execute(statement)
+    stream, n = ("bench-raw" if by_name else 1), len(encoded)
     events = [
         (stream, 0, i + 1, f"e{i}", f"key-{i % 64}", 1.0, 100 * (i + 1), encoded[i], None) for i in range(n)
     ]
@@ -285,11 +293,14 @@ def foundry_sql(conn: sqlite3.Connection, encoded: list[bytes]) -> float:
     for start in range(0, n, PAGE):
         conn.execute("BEGIN")
         conn.executemany(
-            "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
-            "VALUES (?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO fs_events ({'stream' if by_name else 'sid'}, part, off, id, key, ts, cum, payload, "
+            "trace) VALUES (?,?,?,?,?,?,?,?,?)",
             events[start : start + PAGE],
         )
-        conn.executemany("INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE])
+        if by_name:  # format 2 has no dedup row per event
+            conn.executemany(
+                "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)", dedup[start : start + PAGE]
+            )
         conn.execute("COMMIT")
     return rate(n, t0)
 

@@ -84,6 +84,7 @@ def sqlite_insert(url: str, stream: str, partition: int, row: Mapping[str, Any])
         (last,) = conn.execute(
             "SELECT last FROM fs_parts WHERE stream=? AND part=?", (stream, partition)
         ).fetchone()
+        (sid,) = conn.execute("SELECT sid FROM fs_streams WHERE name=?", (stream,)).fetchone()
         values = {"id": "foreign", "key": None, "ts": time.time(), "cum": 0, "payload": b"{}", "trace": None}
         values.update(row)
         columns = ("id", "key", "ts", "cum", "payload", "trace")
@@ -96,9 +97,8 @@ def sqlite_insert(url: str, stream: str, partition: int, row: Mapping[str, Any])
                 marks.append("?")
                 args.append(value)
         conn.execute(
-            f"INSERT INTO fs_events (stream, part, off, {', '.join(columns)}) "
-            f"VALUES (?,?,?,{','.join(marks)})",
-            (stream, partition, last + 1, *args),
+            f"INSERT INTO fs_events (sid, part, off, {', '.join(columns)}) VALUES (?,?,?,{','.join(marks)})",
+            (sid, partition, last + 1, *args),
         )
         conn.execute("UPDATE fs_parts SET last=? WHERE stream=? AND part=?", (last + 1, stream, partition))
         conn.execute("COMMIT")
@@ -111,7 +111,10 @@ def sqlite_delete(url: str, stream: str, partition: int, offset: int) -> None:
     """Delete one stored event from under the log."""
     conn = sqlite3.connect(sqlite_path(url), timeout=30, isolation_level=None)
     try:
-        conn.execute("DELETE FROM fs_events WHERE stream=? AND part=? AND off=?", (stream, partition, offset))
+        conn.execute(
+            "DELETE FROM fs_events WHERE sid=(SELECT sid FROM fs_streams WHERE name=?) AND part=? AND off=?",
+            (stream, partition, offset),
+        )
     finally:
         conn.close()
 

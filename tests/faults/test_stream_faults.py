@@ -84,7 +84,7 @@ def fault_env(
         "FAULT_HOME": str(tmp_path / "home"),
         "FAULT_DB": str(tmp_path / "effects.db"),
         "FAULT_LOG": str(tmp_path / "consumers.log"),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
     }
     yield env
     backend = open_stream_backend(url)

@@ -435,6 +435,22 @@ def test_retention_by_count_and_replay_past_it(backend: StreamBackend, make_stre
     assert "retention" in gaps[0].reason
 
 
+def test_dedup_outlives_retention_inside_the_window(backend: StreamBackend, make_stream: MakeStream) -> None:
+    s = make_stream(max_events=3, dedup_window=60.0)
+    first = backend.append(s.name, events(8))
+    backend.enforce_retention(s.name)
+    assert backend.info(s.name).first[0] == 6
+    # When a producer retries ids whose events retention already removed (and ids it kept) ...
+    again = backend.append(s.name, [*events(8), NewEvent("fresh", b"{}", key="k0")])
+    # ... within the dedup window they are still duplicates, at their original place.
+    assert [a.duplicate for a in again] == [True] * 8 + [False]
+    for original, duplicate in zip(first, again[:8], strict=True):
+        assert duplicate.partition == original.partition
+        assert duplicate.offset in (original.offset, None)
+    assert again[8].offset == 9
+    assert backend.info(s.name).last[0] == 9
+
+
 def test_retention_by_age(backend: StreamBackend, make_stream: MakeStream) -> None:
     s = make_stream(max_age=1.0)
     backend.append(s.name, events(3, prefix="old"))

@@ -128,17 +128,21 @@ class Histogram:
 
     def observe_many(self, values: Iterable[float]) -> None:
         """Record several observations under one lock (hot paths that buffer and flush)."""
-        indices = [(bisect.bisect_left(self.buckets, v), v) for v in values]
-        if not indices:
+        observed = values if isinstance(values, list | tuple) else list(values)
+        if not observed:
             return
+        buckets, where = self.buckets, bisect.bisect_left
+        indices = [where(buckets, v) for v in observed]  # (a stream consumer's: once per event)
+        total, top = sum(observed), max(observed)
         with self._lock:
-            for index, value in indices:
-                self.counts[index] += 1
-                self.sum += value
-                if value > self.max:
-                    self.max = value
-                self.recent.append(value)
-            self.count += len(indices)
+            counts = self.counts
+            for index in indices:
+                counts[index] += 1
+            self.sum += total
+            if top > self.max:
+                self.max = top
+            self.recent.extend(observed)
+            self.count += len(observed)
 
     def quantile(self, q: float) -> float:
         """The ``q`` quantile of the recent window (0.0 when empty)."""

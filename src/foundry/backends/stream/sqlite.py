@@ -6,8 +6,11 @@ URL: ``sqlite:///relative/stream.db`` or ``sqlite:////absolute/stream.db``; quer
 longest pause of a waiting reader between two looks at the file, see below). ``memory://``
 is a private temporary file, removed at close (tests, demos).
 
-Layout: events are rows keyed ``(stream, partition, offset)`` in one clustered b-tree
-(``WITHOUT ROWID``), so an append is one insert and a read is one range scan. A group
+Layout (format 2, see :func:`open_schema` and docs/streams.md): events are rows keyed
+``(sid, partition, offset)`` in one clustered b-tree (``WITHOUT ROWID``; ``sid`` is the
+stream's integer id), so an append is one insert and a read is one range scan; the
+publish dedup lookup is an index on ``(sid, id)`` of the same rows, and ``fs_dedup`` holds
+only the ids that retention removed inside their dedup window. A group
 keeps per partition ``committed`` and ``delivered``; the pending window
 ``(committed, delivered]`` is stored as a few *ranges* that share a delivery count and a
 deadline (one row per batch, not one per event). Appends of a batch commit in one
@@ -76,24 +79,31 @@ from foundry.traits import parse_duration
 
 __all__ = ["SqliteStreamBackend", "decode_row"]
 
-_DDL = """
+FORMAT = 2
+"""The log's format, kept in ``fs_meta`` (see :func:`open_schema`). 1: events and their
+dedup rows keyed by the stream's name (Foundry before 2026-12-07); 2: keyed by the
+stream's integer ``sid``, the dedup lookup an index on the events, ``fs_dedup`` only the
+ids retention removed inside their dedup window."""
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS fs_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS fs_streams (
-    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, max_age REAL, max_events INTEGER,
-    max_bytes INTEGER, dedup_window REAL NOT NULL, created REAL NOT NULL
+    sid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE, partitions INTEGER NOT NULL,
+    max_age REAL, max_events INTEGER, max_bytes INTEGER, dedup_window REAL NOT NULL, created REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS fs_parts (
     stream TEXT NOT NULL, part INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
     cum INTEGER NOT NULL, last_ts REAL NOT NULL, PRIMARY KEY (stream, part)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_events (
-    stream TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL, id TEXT NOT NULL,
+    sid INTEGER NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL, id TEXT NOT NULL,
     key TEXT, ts REAL NOT NULL, cum INTEGER NOT NULL, payload BLOB NOT NULL,
-    trace TEXT, -- the W3C trace context it was published in (foundry.tracecontext); added later
-    PRIMARY KEY (stream, part, off)
+    trace TEXT, -- the W3C trace context it was published in (foundry.tracecontext)
+    PRIMARY KEY (sid, part, off)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_dedup (
-    stream TEXT NOT NULL, id TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL,
-    ts REAL NOT NULL, PRIMARY KEY (stream, id)
+    sid INTEGER NOT NULL, id TEXT NOT NULL, part INTEGER NOT NULL, off INTEGER NOT NULL,
+    ts REAL NOT NULL, PRIMARY KEY (sid, id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_groups (
     stream TEXT NOT NULL, grp TEXT NOT NULL, part INTEGER NOT NULL, committed INTEGER NOT NULL,
@@ -119,7 +129,100 @@ CREATE TABLE IF NOT EXISTS fs_leases (
     expires REAL NOT NULL, PRIMARY KEY (stream, grp, part)
 ) WITHOUT ROWID;
 """
+_INDEX = "CREATE INDEX IF NOT EXISTS fs_events_id ON fs_events (sid, id)"  # the publish dedup lookup
+_DDL = [*(statement for statement in _TABLES.split(";") if statement.strip()), _INDEX]  # format 2
 
+# Format 1 -> 2, in the transaction that holds the write lock (open_schema). The tables
+# keyed by the stream's name per batch (parts, groups, pending, dead letters, leases) stay
+# as they were; the per-event ones move to the stream's sid.
+_MIGRATE_1 = """
+ALTER TABLE fs_streams RENAME TO fs_streams_v1;
+ALTER TABLE fs_events RENAME TO fs_events_v1;
+ALTER TABLE fs_dedup RENAME TO fs_dedup_v1;
+{tables};
+INSERT INTO fs_streams (name, partitions, max_age, max_events, max_bytes, dedup_window, created)
+    SELECT name, partitions, max_age, max_events, max_bytes, dedup_window, created FROM fs_streams_v1
+    ORDER BY rowid;
+INSERT INTO fs_events (sid, part, off, id, key, ts, cum, payload, trace)
+    SELECT s.sid, e.part, e.off, e.id, e.key, e.ts, e.cum, e.payload, e.trace
+    FROM fs_events_v1 e JOIN fs_streams s ON s.name = e.stream;
+INSERT OR REPLACE INTO fs_dedup (sid, id, part, off, ts)
+    SELECT s.sid, d.id, d.part, d.off, d.ts FROM fs_dedup_v1 d JOIN fs_streams s ON s.name = d.stream
+    WHERE NOT EXISTS (SELECT 1 FROM fs_events e WHERE e.sid = s.sid AND e.part = d.part AND e.off = d.off);
+DROP TABLE fs_streams_v1;
+DROP TABLE fs_events_v1;
+DROP TABLE fs_dedup_v1;
+{index}
+"""
+
+_V1_MISSING = (
+    "CREATE TABLE IF NOT EXISTS fs_streams (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, "
+    "max_age REAL, max_events INTEGER, max_bytes INTEGER, dedup_window REAL NOT NULL, created REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS fs_dedup (stream TEXT NOT NULL, id TEXT NOT NULL, part INTEGER NOT NULL, "
+    "off INTEGER NOT NULL, ts REAL NOT NULL, PRIMARY KEY (stream, id)) WITHOUT ROWID",
+)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def open_schema(conn: sqlite3.Connection, path: Path) -> int:
+    """Create the log's tables, or bring an older file's to :data:`FORMAT`; the format the
+    file had (0: new). One ``BEGIN IMMEDIATE`` transaction: of processes opening the file
+    at once, one migrates and the others, waiting for its lock, find it done. A file of a
+    newer format (a newer Foundry's) is refused, and nothing of it is changed."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = _format(conn)
+        if found > FORMAT:
+            raise ConfigError(
+                f"stream log {path}: format {found}, newer than this Foundry's ({FORMAT}); it was written "
+                "by a newer Foundry. Fix: upgrade foundry-exec to the version that wrote it, or point "
+                "the stream URL at another file"
+            )
+        if found == 1:
+            for statement in _V1_MISSING:  # a file whose first open was cut short
+                conn.execute(statement)
+            if "trace" not in _columns(conn, "fs_events"):  # a log from before traces
+                conn.execute("ALTER TABLE fs_events ADD COLUMN trace TEXT")
+            script = _MIGRATE_1.replace("{tables}", _TABLES).replace("{index}", _INDEX)  # index built once
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        else:
+            for statement in _DDL:
+                conn.execute(statement)
+        if found != FORMAT:
+            conn.execute("INSERT OR REPLACE INTO fs_meta VALUES ('format', ?)", (FORMAT,))
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return found
+
+
+def _format(conn: sqlite3.Connection) -> int:
+    """The format of the file's log: 0 when it has none yet, 1 for a log from before
+    ``fs_meta`` (its events keyed by the stream's name)."""
+    tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "fs_meta" in tables:
+        row = conn.execute("SELECT value FROM fs_meta WHERE name='format'").fetchone()
+        if row is not None:
+            return int(row[0])
+    if "fs_events" in tables and "stream" in _columns(conn, "fs_events"):
+        return 1
+    return 0
+
+
+# The rows of a range that pass decode_row's test, in SQL: when every offset has one, a
+# page is decoded without a Python test per row (the others go through decode_row).
+_WELL_FORMED = (
+    "SELECT off, id, key, ts, payload, trace FROM fs_events WHERE sid=? AND part=? AND off BETWEEN ? AND ? "
+    "AND typeof(off)='integer' AND typeof(id)='text' AND typeof(key) IN ('text','null') "
+    "AND typeof(ts)='real' AND ts>-9e999 AND ts<9e999 AND typeof(payload)='blob' ORDER BY off"
+)
 _DEAD_COLUMNS = "stream, grp, part, off, id, key, payload, reason, deliveries, dead_at, error, last_off"
 _POLL = 0.02  # seconds between looks at the file for other processes' writes, without the doorbell
 _SAFETY_POLL = 1.0  # the same with the doorbell: only a lost ring waits that long
@@ -292,9 +395,7 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
         self._closed = False
         conn = self._conn()
         with self._errors("open"):
-            conn.executescript(_DDL)
-            if "trace" not in {row[1] for row in conn.execute("PRAGMA table_info(fs_events)")}:
-                conn.execute("ALTER TABLE fs_events ADD COLUMN trace TEXT")  # a log from before traces
+            self.migrated_from = open_schema(conn, self.path)  # the format the file had (0: new)
 
     # -- plumbing --------------------------------------------------------------
 
@@ -371,7 +472,8 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
             if row is not None and int(row[0]) != config.partitions:
                 raise partitions_changed(config, row[0])
             conn.execute(
-                "INSERT INTO fs_streams VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
+                "INSERT INTO fs_streams (name, partitions, max_age, max_events, max_bytes, dedup_window, "
+                "created) VALUES (?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET "
                 "max_age=excluded.max_age, max_events=excluded.max_events, "
                 "max_bytes=excluded.max_bytes, dedup_window=excluded.dedup_window",
                 (
@@ -415,13 +517,17 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
 
     def delete_stream(self, stream: str) -> bool:
         with self._tx("delete stream") as conn:
-            found = conn.execute("DELETE FROM fs_streams WHERE name=?", (stream,)).rowcount > 0
-            for table in ("fs_parts", "fs_events", "fs_dedup", "fs_groups", "fs_pending", "fs_dead"):
+            row = conn.execute("SELECT sid FROM fs_streams WHERE name=?", (stream,)).fetchone()
+            if row is not None:
+                for table in ("fs_events", "fs_dedup"):
+                    conn.execute(f"DELETE FROM {table} WHERE sid=?", (row[0],))
+            conn.execute("DELETE FROM fs_streams WHERE name=?", (stream,))
+            for table in ("fs_parts", "fs_groups", "fs_pending", "fs_dead"):
                 conn.execute(f"DELETE FROM {table} WHERE stream=?", (stream,))
             conn.execute("DELETE FROM fs_members WHERE stream=?", (stream,))
             conn.execute("DELETE FROM fs_leases WHERE stream=?", (stream,))
         self._configs.pop(stream, None)
-        return found
+        return row is not None
 
     # -- producing -------------------------------------------------------------
 
@@ -432,20 +538,22 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
         now = time.time()
         count, dedup = config.partitions, config.dedup_window > 0
         with self._tx("append") as conn:
+            sid = self._sid(conn, stream)
             parts = self._parts(conn, stream)
             known: dict[str, tuple[int, int]] = {}
             if dedup:
-                known = self._known_ids(conn, stream, [e.id for e in events], now - config.dedup_window)
+                known = self._known_ids(conn, sid, [e.id for e in events], now - config.dedup_window)
             results: list[Appended] = []
             rows: list[tuple[Any, ...]] = []
             # Per partition: [last offset, cumulative bytes, the timestamp of this batch]
             # (never below the partition's last one, so time seeks can bisect offsets).
             touched: dict[int, list[Any]] = {}
+            seen_get, add_row, add_result = known.get, rows.append, results.append
             for event in events:  # (once per event: keep it lean)
                 ident = event.id
-                seen = known.get(ident)
+                seen = seen_get(ident)
                 if seen is not None:
-                    results.append(Appended(seen[0], seen[1], duplicate=True))
+                    add_result(Appended(seen[0], seen[1], True))
                     continue
                 p = 0 if count == 1 else partition_for(event.key, ident, count)
                 state = touched.get(p)
@@ -453,44 +561,57 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
                     _, last, cum, last_ts = parts[p]
                     state = touched[p] = [last, cum, max(last_ts, now)]
                 state[0] = offset = state[0] + 1
-                state[1] = cum = state[1] + len(event.payload)
-                rows.append((stream, p, offset, ident, event.key, state[2], cum, event.payload, event.trace))
+                payload = event.payload
+                state[1] = cum = state[1] + len(payload)
+                add_row((sid, p, offset, ident, event.key, state[2], cum, payload, event.trace))
                 known[ident] = (p, offset)
-                results.append(Appended(p, offset))
+                add_result(Appended(p, offset))
             conn.executemany(
-                "INSERT INTO fs_events (stream, part, off, id, key, ts, cum, payload, trace) "
+                "INSERT INTO fs_events (sid, part, off, id, key, ts, cum, payload, trace) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 rows,
-            )
-            if dedup:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO fs_dedup VALUES (?,?,?,?,?)",
-                    [(stream, r[3], r[1], r[2], r[5]) for r in rows],
-                )
+            )  # the index on (sid, id) is the dedup record: no second row per event
             for p, (last, cum, last_ts) in touched.items():
                 conn.execute(
                     "UPDATE fs_parts SET last=?, cum=?, last_ts=? WHERE stream=? AND part=?",
                     (last, cum, last_ts, stream, p),
                 )
                 if config.max_events is not None or config.max_bytes is not None:
-                    self._trim_size(conn, config, p, parts[p][0], last, cum)
-            self._maybe_trim_age(conn, config, now)
+                    self._trim_size(conn, config, sid, p, (parts[p][0], last, cum), now)
+            self._maybe_trim_age(conn, config, sid, now)
         self._wake.ring()
         return results
 
+    def _sid(self, conn: sqlite3.Connection, stream: str) -> int:
+        """The stream's integer id, the first column of its events' keys."""
+        row = conn.execute("SELECT sid FROM fs_streams WHERE name=?", (stream,)).fetchone()
+        if row is None:
+            self._configs.pop(stream, None)  # deleted by another process since we cached it
+            raise unknown_stream(stream, [r[0] for r in conn.execute("SELECT name FROM fs_streams")])
+        return int(row[0])
+
     def _known_ids(
-        self, conn: sqlite3.Connection, stream: str, ids: list[str], since: float
+        self, conn: sqlite3.Connection, sid: int, ids: list[str], since: float
     ) -> dict[str, tuple[int, int]]:
+        """Which of ``ids`` the stream stored at or after ``since``: from the index on its
+        events, and from the dedup records retention left of the events it removed."""
         known: dict[str, tuple[int, int]] = {}
         unique = list(dict.fromkeys(ids))
+        sources = ["fs_events INDEXED BY fs_events_id"]  # the planner would scan the stream's events
+        if conn.execute("SELECT 1 FROM fs_dedup WHERE sid=? LIMIT 1", (sid,)).fetchone() is not None:
+            sources.append("fs_dedup")
         for i in range(0, len(unique), _MAX_VARS):
             chunk = unique[i : i + _MAX_VARS]
             marks = ",".join("?" * len(chunk))
-            for row in conn.execute(
-                f"SELECT id, part, off FROM fs_dedup WHERE stream=? AND ts>=? AND id IN ({marks})",
-                (stream, since, *chunk),
-            ):
-                known[row[0]] = (int(row[1]), int(row[2]))
+            for table in sources:
+                for row in conn.execute(
+                    f"SELECT id, part, off FROM {table} WHERE sid=? AND id IN ({marks}) AND ts>=?",
+                    (sid, *chunk, since),
+                ):
+                    if (
+                        type(row[0]) is str and type(row[1]) is int and type(row[2]) is int
+                    ):  # not a foreign row's
+                        known[row[0]] = (row[1], row[2])
         return known
 
     # -- retention -------------------------------------------------------------
@@ -500,34 +621,65 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
             "UPDATE fs_parts SET first=? WHERE stream=? AND part=? AND first<?", (first, stream, part, first)
         )
 
-    def _trim_size(
-        self, conn: sqlite3.Connection, config: StreamConfig, part: int, first: int, last: int, cum: int
+    def _remove(
+        self,
+        conn: sqlite3.Connection,
+        config: StreamConfig,
+        sid: int,
+        part: int,
+        first: int,
+        cut: int,
+        now: float,
     ) -> int:
+        """Delete offsets ``first..cut`` of ``part``; how many rows went. The ids of those
+        still inside the dedup window are kept in ``fs_dedup`` first (the index on the
+        events went with them), so a retried publish of one is still a duplicate until
+        its window has passed — the age trim then drops the record."""
+        if config.dedup_window > 0:
+            since = now - config.dedup_window
+            lo = max(first, self._last_before(conn, sid, part, first, cut, since) + 1)
+            if lo <= cut:
+                conn.execute(
+                    "INSERT OR REPLACE INTO fs_dedup (sid, id, part, off, ts) SELECT sid, id, part, off, ts "
+                    "FROM fs_events WHERE sid=? AND part=? AND off BETWEEN ? AND ? AND ts>=?",
+                    (sid, part, lo, cut, since),
+                )
+        removed = conn.execute(
+            "DELETE FROM fs_events WHERE sid=? AND part=? AND off<=?", (sid, part, cut)
+        ).rowcount
+        self._set_first(conn, config.name, part, cut + 1)
+        return int(removed)
+
+    def _trim_size(
+        self,
+        conn: sqlite3.Connection,
+        config: StreamConfig,
+        sid: int,
+        part: int,
+        span: Sequence[int],
+        now: float,
+    ) -> int:
+        """Apply ``max_events`` / ``max_bytes`` to ``part``, whose ``span`` is (first offset,
+        last offset, cumulative bytes)."""
+        first, last, cum = span[0], span[1], span[2]
         cut = first - 1
         if config.max_events is not None:
             cut = max(cut, last - config.max_events)
-        if (
-            config.max_bytes is not None
-            and cum - self._cum_before(conn, config.name, part, first) > config.max_bytes
-        ):
+        if config.max_bytes is not None and cum - self._cum_before(conn, sid, part, first) > config.max_bytes:
             row = conn.execute(
-                "SELECT MAX(off) FROM fs_events WHERE stream=? AND part=? AND off>=? AND cum<=?",
-                (config.name, part, first, cum - config.max_bytes),
+                "SELECT MAX(off) FROM fs_events WHERE sid=? AND part=? AND off>=? AND cum<=?",
+                (sid, part, first, cum - config.max_bytes),
             ).fetchone()
             if row[0] is not None:
                 cut = max(cut, int(row[0]))
         if cut < first:
             return 0
-        removed = conn.execute(
-            "DELETE FROM fs_events WHERE stream=? AND part=? AND off<=?", (config.name, part, cut)
-        ).rowcount
-        self._set_first(conn, config.name, part, cut + 1)
-        return int(removed)
+        return self._remove(conn, config, sid, part, first, cut, now)
 
-    def _cum_before(self, conn: sqlite3.Connection, stream: str, part: int, first: int) -> int:
+    def _cum_before(self, conn: sqlite3.Connection, sid: int, part: int, first: int) -> int:
         row = conn.execute(
-            "SELECT cum, length(payload) FROM fs_events WHERE stream=? AND part=? AND off=?",
-            (stream, part, first),
+            "SELECT cum, length(payload) FROM fs_events WHERE sid=? AND part=? AND off=?",
+            (sid, part, first),
         ).fetchone()
         if row is None:
             return 0
@@ -537,29 +689,23 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
             return 0  # a foreign row's cumulative size: count from nothing
 
     def _maybe_trim_age(
-        self, conn: sqlite3.Connection, config: StreamConfig, now: float, force: bool = False
+        self, conn: sqlite3.Connection, config: StreamConfig, sid: int, now: float, force: bool = False
     ) -> int:
         removed = 0
         if force or now - self._last_age_trim.get(config.name, 0.0) >= 1.0:
             self._last_age_trim[config.name] = now
-            conn.execute(
-                "DELETE FROM fs_dedup WHERE stream=? AND ts<?", (config.name, now - config.dedup_window)
-            )
+            conn.execute("DELETE FROM fs_dedup WHERE sid=? AND ts<?", (sid, now - config.dedup_window))
             if config.max_age is not None:
                 cutoff = now - config.max_age
                 for part, (first, last, _, _) in self._parts(conn, config.name).items():
-                    cut = self._last_before(conn, config.name, part, first, last, cutoff)
+                    cut = self._last_before(conn, sid, part, first, last, cutoff)
                     if cut >= first:
-                        removed += conn.execute(
-                            "DELETE FROM fs_events WHERE stream=? AND part=? AND off<=?",
-                            (config.name, part, cut),
-                        ).rowcount
-                        self._set_first(conn, config.name, part, cut + 1)
+                        removed += self._remove(conn, config, sid, part, first, cut, now)
         return removed
 
-    def _ts(self, conn: sqlite3.Connection, stream: str, part: int, off: int) -> float:
+    def _ts(self, conn: sqlite3.Connection, sid: int, part: int, off: int) -> float:
         row = conn.execute(
-            "SELECT ts FROM fs_events WHERE stream=? AND part=? AND off=?", (stream, part, off)
+            "SELECT ts FROM fs_events WHERE sid=? AND part=? AND off=?", (sid, part, off)
         ).fetchone()
         if row is None:
             return float("inf")
@@ -569,14 +715,14 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
             return 0.0  # a foreign row's timestamp: as old as can be (trimmed first, never sought)
 
     def _last_before(
-        self, conn: sqlite3.Connection, stream: str, part: int, first: int, last: int, when: float
+        self, conn: sqlite3.Connection, sid: int, part: int, first: int, last: int, when: float
     ) -> int:
         """The largest offset whose timestamp is < ``when`` (first - 1 if none)."""
         lo, hi = first, last
         answer = first - 1
         while lo <= hi:
             mid = (lo + hi) // 2
-            if self._ts(conn, stream, part, mid) < when:
+            if self._ts(conn, sid, part, mid) < when:
                 answer, lo = mid, mid + 1
             else:
                 hi = mid - 1
@@ -585,10 +731,11 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
     def enforce_retention(self, stream: str) -> int:
         config = self._config(stream)
         with self._tx("retention") as conn:
-            removed = self._maybe_trim_age(conn, config, time.time(), force=True)
+            sid, now = self._sid(conn, stream), time.time()
+            removed = self._maybe_trim_age(conn, config, sid, now, force=True)
             if config.max_events is not None or config.max_bytes is not None:
                 for part, (first, last, cum, _) in self._parts(conn, stream).items():
-                    removed += self._trim_size(conn, config, part, first, last, cum)
+                    removed += self._trim_size(conn, config, sid, part, (first, last, cum), now)
         return removed
 
     # -- groups ----------------------------------------------------------------
@@ -615,15 +762,16 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
     ) -> dict[int, int]:
         """The next offset to deliver per partition for ``start``; raise if not retained."""
         parts = self._parts(conn, config.name)
+        sid = self._sid(conn, config.name)
         targets: dict[int, int] = {}
         for p in partitions:
             first, last, _, _ = parts[p]
 
             def first_time(p: int = p, first: int = first) -> float:
-                return self._ts(conn, config.name, p, first)
+                return self._ts(conn, sid, p, first)
 
             def offset_at(t: float, p: int = p, first: int = first, last: int = last) -> int:
-                return self._last_before(conn, config.name, p, first, last, t) + 1
+                return self._last_before(conn, sid, p, first, last, t) + 1
 
             target = resolve_start(config, group, start, p, first, last, first_time, offset_at)
             if target is not None:
@@ -795,17 +943,38 @@ class SqliteStreamBackend(ShowsUrl, AppendInThread, CheckedRead):
         stand-in marked ``malformed`` for a row Foundry could not have written or one
         deleted from under the log (below ``first`` is retention's, recorded as a gap by
         the caller)."""
+        sid, lo = self._sid(conn, stream), max(lo, first)
+        try:  # what Foundry wrote, text decoded by SQLite: one row per offset, or the slow path
+            rows = conn.execute(_WELL_FORMED, (sid, partition, lo, hi)).fetchall()
+        except sqlite3.OperationalError:  # text that is not UTF-8: the slow path names its row
+            rows = []
+        if len(rows) == hi - lo + 1:
+            return [
+                Event(
+                    stream,
+                    partition,
+                    off,
+                    ident or derived_id(stream, partition, off),
+                    key,
+                    payload,
+                    ts,
+                    deliveries,
+                    None,
+                    None if trace is None else parse_trace(trace),
+                )
+                for off, ident, key, ts, payload, trace in rows
+            ]
         conn.text_factory = Text
         try:
             rows = conn.execute(
                 "SELECT off, id, key, ts, payload, trace FROM fs_events "
-                "WHERE stream=? AND part=? AND off BETWEEN ? AND ? ORDER BY off",
-                (stream, partition, max(lo, first), hi),
+                "WHERE sid=? AND part=? AND off BETWEEN ? AND ? ORDER BY off",
+                (sid, partition, lo, hi),
             ).fetchall()
         finally:
             conn.text_factory = str
         out: list[Event] = []
-        expect = max(lo, first)
+        expect = lo
         for row in rows:
             off = row[0]
             if type(off) is not int:

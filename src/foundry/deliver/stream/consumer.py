@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,7 @@ from foundry.observe.metrics import Registry
 from foundry.observe.stall import Target
 from foundry.observe.tracing import Tracing
 from foundry.outage import ride_outage
+from foundry.payload import loads as payload_loads
 from foundry.retry import Backoff
 from foundry.serialize import Codec, encode_error
 
@@ -144,6 +146,10 @@ class Consumer:
             "consumer threads that ended on an error (their partitions go to other members)",
             ("stream", "group"),
         ).labels(*labels)
+        self._handler = spec.handler
+        self._timeout = self.options.timeout
+        codec = runtime.codec
+        self._loads: Callable[[bytes], Any] = payload_loads if codec.name == "json" else codec.decode
         self._once: OnceGuard | None = None
         if self.options.idempotent is not False:
             url = None if self.options.idempotent is True else str(self.options.idempotent)
@@ -412,21 +418,29 @@ class Consumer:
         attempt = batch.attempt
         index = batch.index
         pending_letter = batch.letter
+        # Chosen once per batch, not per event: how each event is decoded and run.
+        loads = self._loads
+        run = self._call if self._once is not None or self.spec.is_async else self._plain
+        if self.runtime.tracing.tracer() is not None:
+            run = self._call
         try:
             while index < len(events):
                 event = events[index]
                 letter: tuple[Event, str, BaseException | None] | None = pending_letter
                 pending_letter = None
                 if letter is None:
-                    given_up = self._gives_up(event, attempt)
+                    given_up = None
+                    if event.malformed is not None or attempt > limit:
+                        given_up = self._gives_up(event, attempt)
                     if given_up is not None:
                         letter = (event, *given_up)
                     else:
-                        data, problem = self._decode(event)
-                        if problem is not None:  # no retry can fix bytes that are not an event
-                            letter = (event, problem, None)
+                        try:
+                            data = loads(event.payload)
+                        except Exception as exc:  # no retry can fix bytes that are not an event
+                            letter = (event, self._not_decoded(exc), None)
                         else:
-                            error = self._call(event, data, attempt)
+                            error = run(event, data, attempt)
                             if isinstance(error, IdempotencyUnavailableError) and self.stopping.is_set():
                                 break  # not run: it stays pending, redelivered to whoever reads next
                             if error is None:
@@ -495,14 +509,29 @@ class Consumer:
             units=(Target(spec.name, spec.handler), *spec.watch),
         )
 
-    def _decode(self, event: Event) -> tuple[Any, str | None]:
+    def _not_decoded(self, exc: Exception) -> str:
+        """The dead-letter reason of an event whose bytes the codec refused."""
+        return (
+            f"the event is not valid {self.runtime.codec.name} ({type(exc).__name__}: {exc}); "
+            "a producer outside Foundry wrote it, or with another codec"
+        )
+
+    def _plain(self, event: Event, data: Any, attempt: int) -> BaseException | None:
+        """:meth:`_call` for a synchronous handler, untraced, without an idempotency
+        guard: the handler's view of the event, its wall time, its error."""
+        view = StreamEvent(event, self.group, data)
+        view.deliveries = attempt
+        if self._timeout is not None:  # the heartbeat stops extending an overrunning handler
+            self.busy_since = time.monotonic()
+        clock = time.perf_counter
+        started = clock()
         try:
-            return self.runtime.codec.decode(event.payload), None
+            self._handler(view)
         except Exception as exc:
-            return None, (
-                f"the event is not valid {self.runtime.codec.name} ({type(exc).__name__}: {exc}); "
-                "a producer outside Foundry wrote it, or with another codec"
-            )
+            self._durations.append(clock() - started)
+            return exc
+        self._durations.append(clock() - started)
+        return None
 
     def _call(self, event: Event, data: Any, attempt: int) -> BaseException | None:
         tracer = self.runtime.tracing.tracer()

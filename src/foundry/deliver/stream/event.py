@@ -18,7 +18,10 @@ __all__ = ["Published", "StreamEvent"]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+# Made once per published event: not frozen=True, whose __init__ sets each field through
+# object.__setattr__ (as the backend records, foundry.backends.stream.base); treat it as
+# immutable all the same. unsafe_hash keeps it hashable by value, as the frozen one was.
+@dataclass(slots=True, unsafe_hash=True)
 class Published:
     """Where a published event went. ``duplicate``: its id was already in the stream
     (within the dedup window) and nothing new was stored."""
@@ -34,18 +37,39 @@ class StreamEvent:
     and where it came from. ``id`` is the producer's event id — the same on every
     redelivery and replay, the key for idempotent handlers."""
 
-    __slots__ = ("data", "deliveries", "group", "id", "key", "offset", "partition", "stream", "timestamp")
+    # Made once per event handled: it keeps the backend's record and reads where the
+    # event came from off it, rather than copying seven fields for every event.
+    __slots__ = ("_event", "data", "deliveries", "group")
 
     def __init__(self, event: Event, group: str, data: Any) -> None:
-        self.stream = event.stream
+        self._event = event
         self.group = group
-        self.partition = event.partition
-        self.offset = event.offset
-        self.id = event.id
-        self.key = event.key
-        self.timestamp = event.timestamp
         self.deliveries = event.deliveries
         self.data = data
+
+    @property
+    def stream(self) -> str:
+        return self._event.stream
+
+    @property
+    def partition(self) -> int:
+        return self._event.partition
+
+    @property
+    def offset(self) -> int:
+        return self._event.offset
+
+    @property
+    def id(self) -> str:
+        return self._event.id
+
+    @property
+    def key(self) -> str | None:
+        return self._event.key
+
+    @property
+    def timestamp(self) -> float:
+        return self._event.timestamp
 
     def __getitem__(self, name: str) -> Any:
         return self.data[name]
