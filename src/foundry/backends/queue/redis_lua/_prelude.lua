@@ -1,57 +1,35 @@
--- The Lua scripts of the Redis queue (``../redis.py``), one file per script, each beginning
--- with this prelude (``--! include _prelude.lua``). Each runs atomically on the server,
--- so every state change of a job is one script: no other client ever sees half of it.
---
--- Keys under the prefix ``P`` (``ARGV[1]``, ending in ``:``):
---
--- ==========================  ===============================================================
--- ``P j:<id>``                hash: the job's whole record (fields as in ``FIELDS`` below)
--- ``P k:<key>``               string: idempotency key -> job id (expires with the job)
--- ``P q:<queue>:ready``       zset: claimable jobs; score ``-priority``, member
---                             ``<eta µs, 17 digits><seq, 12 digits><id>`` (so equal scores sort
---                             by eta, then enqueue order: FIFO within a priority)
--- ``P q:<queue>:sched``       zset: delayed jobs and scheduled retries; score ``eta``
--- ``P q:<queue>:lease``       zset: leased jobs; score ``lease_until``
--- ``P q:<queue>:dead``        zset: dead letters of the queue; score ``finished_at``
--- ``P q:<queue>:wake``        list: wake-up tokens for claimers blocked in ``BLPOP``
--- ``P dead``                  zset: every dead letter; ``P fin``: finished jobs by expiry
--- ``P seq``, ``P queues``     enqueue counter; the set of queue names
--- ``P done`` (channel)        ``PUBLISH``-ed job ids when a job finishes (``wait``)
--- ``P cancel`` (channel)      ``PUBLISH``-ed job ids when a running job's cancel is requested
--- ==========================  ===============================================================
---
--- A running job whose cancel was requested has the field ``cancel_at``; every script that
--- ends a delivery (complete, fail, release, a lapsed lease) then writes ``cancelled``.
---
--- Keys are computed inside the scripts, so a Redis Cluster needs the whole prefix in one
--- hash slot: use a hash-tagged prefix such as ``{foundry}``.
-
-local P = ARGV[1]
-local function J(id) return P .. 'j:' .. id end
-local function Q(q, s) return P .. 'q:' .. q .. ':' .. s end
-local function member(eta, id)
-  local seq = redis.call('INCR', P .. 'seq')
-  local us = tonumber(eta) * 1000000
-  if us < 0 then us = 0 elseif us > 9e15 then us = 9e15 end
-  return string.format('%017.0f%012.0f', us, seq) .. id
-end
-local function fin_member(q, id) return string.format('%03d', #q) .. q .. id end
-local function wake(q)
-  local w = Q(q, 'wake')
-  if redis.call('LLEN', w) < 64 then redis.call('RPUSH', w, '1') end
-end
--- f: the job's {result_ttl, key} when the caller already read them (else read here)
-local function finish(j, id, q, now, f)
+-- The helpers that lease and finish jobs, after the keys (``_keys.lua``, which documents
+-- the layout).
+--! include _keys.lua
+-- f: the job's {result_ttl, key} when the caller already read them (else read here);
+-- later: a batch's {fin = {score, member...}, lease = {queue = {id...}}} to add those to
+-- (one ZADD and one ZREM per queue for the batch, by ``finish_later``), else written now
+local function finish(j, id, q, now, f, later)
   f = f or redis.call('HMGET', j, 'result_ttl', 'key')
   local ttl = tonumber(f[1])
-  if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- a malformed one: 7 days
+  if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- none or malformed: 7 days
   local exp = now + ttl
   local ms = string.format('%.0f', math.floor(exp * 1000))
-  redis.call('ZREM', Q(q, 'lease'), id)
-  redis.call('ZADD', P .. 'fin', string.format('%.6f', exp), fin_member(q, id))
+  if later then
+    local ids = later.lease[q]
+    if not ids then
+      ids = {}
+      later.lease[q] = ids
+    end
+    ids[#ids + 1] = id
+    later.fin[#later.fin + 1] = string.format('%.6f', exp)
+    later.fin[#later.fin + 1] = fin_member(q, id)
+  else
+    redis.call('ZREM', Q(q, 'lease'), id)
+    redis.call('ZADD', P .. 'fin', string.format('%.6f', exp), fin_member(q, id))
+  end
   redis.call('PEXPIREAT', j, ms)
   if f[2] and f[2] ~= '' then redis.call('PEXPIREAT', P .. 'k:' .. f[2], ms) end
   redis.call('PUBLISH', P .. 'done', id)
+end
+local function finish_later(later)
+  for q, ids in pairs(later.lease) do zmany('ZREM', Q(q, 'lease'), ids) end
+  if #later.fin > 0 then zmany('ZADD', P .. 'fin', later.fin) end
 end
 -- A running job with a cancel request ends here, whatever its delivery asked for (a
 -- completion, a retry, a dead letter, a release, or its lease lapsed): 'cancelled', the
@@ -153,14 +131,17 @@ local function unfit(f)
   if not whole(f[11], -2147483647) then return 'priority', f[11], 'is not an integer' end
   return nil
 end
--- Lease a job whose lease_fields f passed unfit; the reply: {id, the other fields of the
--- row claimed_from_reply reads, each as <length>:<bytes>, in one string} -- one bulk string
--- to parse per job instead of eleven (redis.py's _lease_row unpacks it).
-local function lease_job(j, id, q, now_s, worker, token, until_s, f)
-  local d = redis.call('HINCRBY', j, 'deliveries', 1)
-  redis.call('HSET', j, 'status', 'running', 'token', token, 'worker', worker, 'lease_until', until_s,
-    'started_at', now_s)
-  redis.call('ZADD', Q(q, 'lease'), until_s, id)
+-- Lease a job whose lease_fields f passed unfit (so f[5], its deliveries, is a whole number);
+-- its lease-set entry goes in z ({score, member...}: the caller adds them in one ZADD). The
+-- reply: {id, the other fields of the row claimed_from_reply reads, each as
+-- <length>:<bytes>, in one string} -- one bulk string to parse per job instead of eleven
+-- (redis.py's _lease_row unpacks it).
+local function lease_job(j, id, now_s, worker, token, until_s, f, z)
+  local d = tonumber(f[5]) + 1
+  redis.call('HSET', j, 'status', 'running', 'deliveries', tostring(d), 'token', token, 'worker', worker,
+    'lease_until', until_s, 'started_at', now_s)
+  z[#z + 1] = until_s
+  z[#z + 1] = id
   local row = {f[2], f[3], f[4], tostring(d), f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
   for i = 1, #row do row[i] = #row[i] .. ':' .. row[i] end
   return {id, table.concat(row)}
