@@ -1,0 +1,207 @@
+"""The Redis server's work per job of Foundry's Redis queue, script by script, for two
+source trees in alternating rounds: what the single-threaded server spends between two
+submits (issue 17: the queue on Redis against a raw ``LPUSH``/``BRPOP`` loop).
+
+    python bench/queue_redis_cost.py --before /work/main/src --after src
+    python bench/queue_redis_cost.py --before ../main/src --after src --rounds 9 --n 3000 --batch 8
+
+Each round runs, once per tree and in a child process of its own, ``--n`` jobs through
+the three scripts a job costs: ``enqueue`` one at a time, ``claim`` ``--batch`` at a time,
+``complete_many`` per batch. Per phase it reads the server's own counters before and
+after: ``INFO commandstats`` (µs inside ``EVALSHA``, the scripts' commands included) and
+``INFO cpu`` (the server process's CPU, its network reads and writes included). Both
+count the server's work, not the client's waiting, so they move far less with the
+machine's load than a rate does; the median over rounds is shown, with the range of the
+paired after/before ratios.
+
+The counters are the whole server's: by default the script starts a private
+``redis-server`` (no persistence, a free port, a temporary directory) and stops it at the
+end; ``--url`` names another one (then nobody else may use it meanwhile). Nothing is
+reset on the server (``CONFIG RESETSTAT`` is never sent): the deltas are computed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+PHASES = ("enqueue", "claim", "complete")
+
+
+def _counters(client: Any) -> tuple[float, float]:
+    """(µs inside EVALSHA so far, the server's CPU seconds so far)."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {"usec": 0})
+    cpu = client.info("cpu")
+    return float(stats["usec"]), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
+    """One tree's run: the server's µs per job, per phase (EVALSHA and process CPU)."""
+    sys.path.insert(0, src)
+    import redis
+
+    from foundry.backends.queue.base import NewJob
+    from foundry.backends.queue.redis import RedisQueue
+
+    client = redis.Redis.from_url(url)
+    q = RedisQueue(f"{url}?prefix=qcost{uuid.uuid4().hex[:8]}")
+    try:
+        # warm-up: every script loaded, connections open
+        q.enqueue(NewJob(id=uuid.uuid4().hex, queue="q", unit="u", payload=b"{}"))
+        warm = q.claim("q", "w", lease=60, limit=1, timeout=1)
+        q.complete_many([(c.id, c.token, b"null") for c in warm])
+        jobs = [
+            NewJob(id=uuid.uuid4().hex, queue="q", unit="qbench_tasks.noop", payload=b'[%d]' % i)
+            for i in range(n)
+        ]
+        claimed: list[Any] = []
+
+        def enqueue() -> None:
+            for job in jobs:
+                q.enqueue(job)
+
+        def claim() -> None:
+            while len(claimed) < n:
+                got = q.claim("q", "w", lease=60, limit=batch, timeout=1)
+                if not got:
+                    raise RuntimeError(f"claim found nothing with {n - len(claimed)} jobs left")
+                claimed.extend(got)
+
+        def complete() -> None:
+            for i in range(0, n, batch):
+                done = q.complete_many([(c.id, c.token, b"null") for c in claimed[i : i + batch]])
+                if not all(done):
+                    raise RuntimeError("a completion was refused")
+
+        out: dict[str, float] = {}
+        steps: dict[str, Callable[[], None]] = {"enqueue": enqueue, "claim": claim, "complete": complete}
+        for name in PHASES:
+            usec0, cpu0 = _counters(client)
+            steps[name]()
+            usec1, cpu1 = _counters(client)
+            out[name] = (usec1 - usec0) / n
+            out[name + " cpu"] = (cpu1 - cpu0) * 1e6 / n
+        return out
+    finally:
+        q.destroy()
+        q.close()
+        client.close()
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A private ``redis-server`` on a free port: its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed: pass --url of a Redis nobody else uses")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home = tempfile.mkdtemp(prefix="qcost-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", home],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=port, socket_timeout=1).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"the private redis-server on port {port} did not start") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def measure(src: Path, url: str, n: int, batch: int) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--child", str(src), "--url", url, "--n", str(n), "--batch", str(batch)]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{src} failed: {(done.stderr or done.stdout)[-800:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(args: argparse.Namespace, url: str) -> None:
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        for side in ("before", "after") if r % 2 == 0 else ("after", "before"):  # a drift lands on both
+            runs[side].append(measure(trees[side], url, args.n, args.batch))
+    print(f"# {args.n} jobs, claims and completions {args.batch} at a time; median of {args.rounds} rounds")
+    print(f"# µs of the Redis server per job: inside EVALSHA (commandstats) · the process's CPU (INFO cpu)")
+    for suffix, what in (("", "EVALSHA"), (" cpu", "server CPU")):
+        total = {side: 0.0 for side in runs}
+        for phase in (*PHASES, "total"):
+            if phase == "total":
+                med = total
+                ratios = [
+                    sum(a[p + suffix] for p in PHASES) / sum(b[p + suffix] for p in PHASES)
+                    for a, b in zip(runs["after"], runs["before"], strict=True)
+                ]
+            else:
+                med = {side: statistics.median(x[phase + suffix] for x in runs[side]) for side in runs}
+                for side in runs:
+                    total[side] += med[side]
+                ratios = [
+                    a[phase + suffix] / b[phase + suffix]
+                    for a, b in zip(runs["after"], runs["before"], strict=True)
+                    if b[phase + suffix]
+                ]
+            print(
+                f"{what:10s} {phase:8s} before {med['before']:6.1f}  after {med['after']:6.1f}  "
+                f"after/before {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--before", type=Path, help="the src folder of the tree before the change")
+    p.add_argument("--after", type=Path, help="the src folder of the tree after the change")
+    p.add_argument("--url", help="a Redis nobody else uses meanwhile (default: start a private one)")
+    p.add_argument("--rounds", type=int, default=7, help="rounds; each measures both trees (7)")
+    p.add_argument("--n", type=int, default=3000, help="jobs per run (3,000)")
+    p.add_argument("--batch", type=int, default=8, help="jobs per claim and per complete_many (8)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.url, args.n, args.batch)))
+        return
+    if args.before is None or args.after is None:
+        p.error("--before and --after are required")
+    if args.url:
+        compare(args, args.url)
+        return
+    with private_redis() as url:
+        compare(args, url)
+
+
+if __name__ == "__main__":
+    main()
