@@ -64,7 +64,7 @@ def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
         warm = q.claim("q", "w", lease=60, limit=1, timeout=1)
         q.complete_many([(c.id, c.token, b"null") for c in warm])
         jobs = [
-            NewJob(id=uuid.uuid4().hex, queue="q", unit="qbench_tasks.noop", payload=b'[%d]' % i)
+            NewJob(id=uuid.uuid4().hex, queue="q", unit="qbench_tasks.noop", payload=b"[%d]" % i)
             for i in range(n)
         ]
         claimed: list[Any] = []
@@ -112,7 +112,19 @@ def private_redis() -> Iterator[str]:
         port = s.getsockname()[1]
     home = tempfile.mkdtemp(prefix="qcost-redis-")
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", home],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            home,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -156,9 +168,9 @@ def compare(args: argparse.Namespace, url: str) -> None:
         for side in ("before", "after") if r % 2 == 0 else ("after", "before"):  # a drift lands on both
             runs[side].append(measure(trees[side], url, args.n, args.batch))
     print(f"# {args.n} jobs, claims and completions {args.batch} at a time; median of {args.rounds} rounds")
-    print(f"# µs of the Redis server per job: inside EVALSHA (commandstats) · the process's CPU (INFO cpu)")
+    print("# µs of the Redis server per job: inside EVALSHA (commandstats) · the process's CPU (INFO cpu)")
     for suffix, what in (("", "EVALSHA"), (" cpu", "server CPU")):
-        total = {side: 0.0 for side in runs}
+        total = dict.fromkeys(runs, 0.0)
         for phase in (*PHASES, "total"):
             if phase == "total":
                 med = total

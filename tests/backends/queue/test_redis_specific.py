@@ -88,24 +88,35 @@ def test_a_job_recorded_in_the_previous_format_runs_retries_and_finishes(backend
     # When both are claimed, the old one fails once, is retried and succeeds
     got = {c.id: c for c in backend.claim(queue, "w", lease=LONG, limit=5, timeout=1)}
     assert set(got) == {job_id, fresh.id}
-    assert got[job_id].deliveries == 1 and got[job_id].max_deliveries == 5 and got[job_id].timeout is None
+    assert got[job_id].deliveries == 1
+    assert got[job_id].max_deliveries == 5
+    assert got[job_id].timeout is None
     assert backend.fail(job_id, got[job_id].token, b'"boom"', retry_at=time.time())
     again = backend.claim(queue, "w", lease=LONG, limit=5, timeout=1)
-    assert [c.id for c in again] == [job_id] and again[0].deliveries == 2 and again[0].attempts == 1
+    assert [c.id for c in again] == [job_id]
+    assert again[0].deliveries == 2
+    assert again[0].attempts == 1
     assert backend.complete_many([(job_id, again[0].token, b"1"), (fresh.id, got[fresh.id].token, b"2")]) == [
         True,
         True,
     ]
     # Then each has one completion record, its result, its key, and its own expiry
     old = backend.get(job_id)
-    assert old is not None and old.status is JobStatus.SUCCEEDED and old.result == b"1" and old.error is None
-    assert old.key == key and backend.find(key) == old
+    assert old is not None
+    assert old.status is JobStatus.SUCCEEDED
+    assert old.result == b"1"
+    assert old.error is None
+    assert old.key == key
+    assert backend.find(key) == old
     assert 0 < backend.client.pttl(f"{backend.prefix}j:{job_id}") <= 30_000  # its own result_ttl
     new_state = backend.get(fresh.id)
-    assert new_state is not None and new_state.result == b"2" and new_state.key is None
+    assert new_state is not None
+    assert new_state.result == b"2"
+    assert new_state.key is None
     assert 0 < backend.client.pttl(f"{backend.prefix}j:{fresh.id}") <= 7 * 86400 * 1000  # the default
     assert not backend.complete(job_id, again[0].token, b"3")  # done once
-    assert backend.stats(queue).running == 0 and backend.stats(queue).depth == 0
+    assert backend.stats(queue).running == 0
+    assert backend.stats(queue).depth == 0
 
 
 def test_prefixes_keep_namespaces_apart(url: str, backend: RedisQueue) -> None:
