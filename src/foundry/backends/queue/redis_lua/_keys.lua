@@ -1,8 +1,9 @@
 -- The Lua scripts of the Redis queue (``../redis.py``), one file per script, each beginning
--- with this file (``--! include _keys.lua``: the keys and the enqueue's helpers) or with
--- ``_prelude.lua`` (this file and the helpers that lease and finish jobs). Redis runs the
--- included text on every call (each ``local function`` is a closure made anew), so a
--- script that needs only the keys includes only them. Each runs atomically on the server,
+-- with the helpers it needs: this file (``--! include _keys.lua``: the keys and the
+-- enqueue's helpers), ``_finish.lua`` (these and the helpers that finish a job), or
+-- ``_prelude.lua`` (all of them and those that lease jobs and reap lapsed leases). Redis
+-- runs the included text on every call (each ``local function`` is a closure made anew),
+-- so a script includes no more than it calls. Each runs atomically on the server,
 -- so every state change of a job is one script: no other client ever sees half of it.
 --
 -- Keys under the prefix ``P`` (``ARGV[1]``, ending in ``:``):

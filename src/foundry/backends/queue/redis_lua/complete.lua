@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _finish.lua
 -- ARGV: P, now, (id, token, result)...  -> '1' or '0' per job, in one string (one reply to read)
 local now_s = ARGV[2]
 local now = tonumber(now_s)
