@@ -15,9 +15,10 @@ machine's load than a rate does; the median over rounds is shown, with the range
 paired after/before ratios.
 
 The counters are the whole server's: by default the script starts a private
-``redis-server`` (no persistence, a free port, a temporary directory) and stops it at the
-end; ``--url`` names another one (then nobody else may use it meanwhile). Nothing is
-reset on the server (``CONFIG RESETSTAT`` is never sent): the deltas are computed here.
+``redis-server`` (``tests/private_servers.py``: no persistence, a free port, a temporary
+directory) and removes it at the end; ``--url`` names another one (then nobody else may
+use it meanwhile). Nothing is reset on the server (``CONFIG RESETSTAT`` is never sent):
+the deltas are computed here.
 """
 
 from __future__ import annotations
@@ -26,13 +27,9 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,52 +100,13 @@ def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
 
 @contextlib.contextmanager
 def private_redis() -> Iterator[str]:
-    """A private ``redis-server`` on a free port: its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed: pass --url of a Redis nobody else uses")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    home = tempfile.mkdtemp(prefix="qcost-redis-")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            home,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import redis
+    """A private ``redis-server`` (``tests/private_servers.py``: a free port, a temporary
+    directory, no persistence, removed afterwards): its URL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
+    from tests.private_servers import private_server
 
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis(port=port, socket_timeout=1).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"the private redis-server on port {port} did not start") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        shutil.rmtree(home, ignore_errors=True)
+    with private_server("redis", appendonly=False) as server:
+        yield server.url
 
 
 def measure(src: Path, url: str, n: int, batch: int) -> dict[str, float]:
