@@ -9,7 +9,9 @@ local function finish(j, id, q, now, f, later)
   local ttl = tonumber(f[1])
   if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- none or malformed: 7 days
   local exp = now + ttl
-  local ms = string.format('%.0f', math.floor(exp * 1000))
+  local msn = math.floor(exp * 1000)
+  local ms = string.format('%d', msn)
+  local score = string.format('%d.%03d', math.floor(msn / 1000), msn % 1000)  -- the expiry, in seconds
   if later then
     local ids = later.lease[q]
     if not ids then
@@ -17,11 +19,11 @@ local function finish(j, id, q, now, f, later)
       later.lease[q] = ids
     end
     ids[#ids + 1] = id
-    later.fin[#later.fin + 1] = string.format('%.6f', exp)
+    later.fin[#later.fin + 1] = score
     later.fin[#later.fin + 1] = fin_member(q, id)
   else
     redis.call('ZREM', Q(q, 'lease'), id)
-    redis.call('ZADD', P .. 'fin', string.format('%.6f', exp), fin_member(q, id))
+    redis.call('ZADD', P .. 'fin', score, fin_member(q, id))
   end
   redis.call('PEXPIREAT', j, ms)
   if f[2] and f[2] ~= '' then redis.call('PEXPIREAT', P .. 'k:' .. f[2], ms) end
@@ -60,6 +62,11 @@ local function malformed(j, id, q, now_s, field, value, problem)
     'or was altered; correct or delete it in the store (Foundry does not run it)')
 end
 local function whole(v, low)  -- a decimal integer >= low (what HINCRBY and Python accept), or nil
+  if type(v) == 'string' and #v == 1 then  -- one digit, the common case: no pattern, no strtod
+    local n = string.byte(v) - 48
+    if n >= 0 and n <= 9 and n >= low then return n end
+    return nil
+  end
   if type(v) ~= 'string' or #v > 11 or not string.match(v, '^%-?%d+$') then return nil end
   local n = tonumber(v)
   if n == nil or n < low or n > 2147483647 then return nil end

@@ -62,18 +62,24 @@ local function unfit(f)
   if not whole(f[11], -2147483647) then return 'priority', f[11], 'is not an integer' end
   return nil
 end
+-- '<n>:' for a length n, each made once per call (the same few lengths recur job after job)
+local LEN = setmetatable({}, {__index = function(t, n)
+  local s = string.format('%d:', n)
+  t[n] = s
+  return s
+end})
 -- Lease a job whose lease_fields f passed unfit (so f[5], its deliveries, is a whole number);
 -- its lease-set entry goes in z ({score, member...}: the caller adds them in one ZADD). The
 -- reply: {id, the other fields of the row claimed_from_reply reads, each as
 -- <length>:<bytes>, in one string} -- one bulk string to parse per job instead of eleven
 -- (redis.py's _lease_row unpacks it).
 local function lease_job(j, id, now_s, worker, token, until_s, f, z)
-  local d = tonumber(f[5]) + 1
-  redis.call('HSET', j, 'status', 'running', 'deliveries', tostring(d), 'token', token, 'worker', worker,
+  local d = string.format('%d', whole(f[5], 0) + 1)
+  redis.call('HSET', j, 'status', 'running', 'deliveries', d, 'token', token, 'worker', worker,
     'lease_until', until_s, 'started_at', now_s)
   z[#z + 1] = until_s
   z[#z + 1] = id
-  local row = {f[2], f[3], f[4], tostring(d), f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
-  for i = 1, #row do row[i] = #row[i] .. ':' .. row[i] end
+  local row = {f[2], f[3], f[4], d, f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
+  for i = 1, #row do row[i] = LEN[#row[i]] .. row[i] end
   return {id, table.concat(row)}
 end

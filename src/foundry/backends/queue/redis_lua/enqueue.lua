@@ -12,9 +12,11 @@ local j = J(id)
 if redis.call('EXISTS', j) == 1 then return {0, id} end
 local eta = ARGV[10]
 local m = member(eta, id)
-local h = {'HSET', j, 'queue', q, 'unit', ARGV[5], 'payload', ARGV[6], 'codec', ARGV[7], 'priority', ARGV[9],
-  'eta', eta, 'status', 'queued', 'deliveries', '0', 'attempts', '0', 'max_retries', ARGV[11],
-  'max_deliveries', ARGV[12], 'timeout', ARGV[13], 'enqueued_at', now, 'm', m}
+-- status first, then what a claim reads (lease_fields), in its order: a small hash is one
+-- list that every HMGET and HSET walks from the front
+local h = {'HSET', j, 'status', 'queued', 'unit', ARGV[5], 'payload', ARGV[6], 'codec', ARGV[7],
+  'deliveries', '0', 'attempts', '0', 'max_retries', ARGV[11], 'max_deliveries', ARGV[12], 'timeout', ARGV[13],
+  'enqueued_at', now, 'priority', ARGV[9], 'queue', q, 'm', m, 'eta', eta}
 if key ~= '' then
   redis.call('SET', P .. 'k:' .. key, id)
   h[#h + 1] = 'key'
