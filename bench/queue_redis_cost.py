@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,10 +40,17 @@ PHASES = ("enqueue", "claim", "complete")
 
 
 def _counters(client: Any) -> tuple[float, float]:
-    """(µs inside EVALSHA so far, the server's CPU seconds so far)."""
-    stats = client.info("commandstats").get("cmdstat_evalsha", {"usec": 0})
+    """(µs inside EVALSHA so far, the server's CPU seconds so far); under ``--callgrind``
+    (the server runs in valgrind) the instructions it has run so far instead of µs."""
     cpu = client.info("cpu")
-    return float(stats["usec"]), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    seconds = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    if os.environ.get("QCOST_CALLGRIND"):
+        pid = str(client.info("server")["process_id"])
+        shown = subprocess.run(["callgrind_control", "-e", pid], capture_output=True, text=True, check=True)
+        counts = re.findall(r"Th \d+\s+([\d,]+)", shown.stdout)
+        return float(sum(int(c.replace(",", "")) for c in counts)), seconds
+    stats = client.info("commandstats").get("cmdstat_evalsha", {"usec": 0})
+    return float(stats["usec"]), seconds
 
 
 def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
@@ -89,7 +97,7 @@ def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
             usec0, cpu0 = _counters(client)
             steps[name]()
             usec1, cpu1 = _counters(client)
-            out[name] = (usec1 - usec0) / n
+            out[name] = (usec1 - usec0) / n / (1000 if os.environ.get("QCOST_CALLGRIND") else 1)
             out[name + " cpu"] = (cpu1 - cpu0) * 1e6 / n
         return out
     finally:
@@ -99,14 +107,29 @@ def child(src: str, url: str, n: int, batch: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def private_redis() -> Iterator[str]:
+def private_redis(callgrind: bool) -> Iterator[str]:
     """A private ``redis-server`` (``tests/private_servers.py``: a free port, a temporary
-    directory, no persistence, removed afterwards): its URL."""
+    directory, no persistence, removed afterwards), in valgrind's callgrind when asked: its URL."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
-    from tests.private_servers import private_server
+    from tests.private_servers import PrivateRedis, private_server
 
-    with private_server("redis", appendonly=False) as server:
+    class Callgrind(PrivateRedis):
+        def command(self) -> list[str]:
+            out = f"--callgrind-out-file={self.dir}/callgrind.%p"
+            return ["valgrind", "--tool=callgrind", out, *super().command(), "--hz", "1"]
+
+    with private_server("redis", appendonly=False) if not callgrind else _started(Callgrind()) as server:
         yield server.url
+
+
+@contextlib.contextmanager
+def _started(server: Any) -> Iterator[Any]:
+    try:
+        server.prepare()
+        server.start()
+        yield server
+    finally:
+        server.close()
 
 
 def measure(src: Path, url: str, n: int, batch: int) -> dict[str, float]:
@@ -126,8 +149,10 @@ def compare(args: argparse.Namespace, url: str) -> None:
         for side in ("before", "after") if r % 2 == 0 else ("after", "before"):  # a drift lands on both
             runs[side].append(measure(trees[side], url, args.n, args.batch))
     print(f"# {args.n} jobs, claims and completions {args.batch} at a time; median of {args.rounds} rounds")
-    print("# µs of the Redis server per job: inside EVALSHA (commandstats) · the process's CPU (INFO cpu)")
-    for suffix, what in (("", "EVALSHA"), (" cpu", "server CPU")):
+    counted = os.environ.get("QCOST_CALLGRIND")
+    first = "thousands of instructions (callgrind)" if counted else "µs inside EVALSHA (commandstats)"
+    print(f"# the Redis server per job: {first} · µs of the process's CPU (INFO cpu)")
+    for suffix, what in (("", "k instr" if counted else "EVALSHA"), (" cpu", "server CPU")):
         total = dict.fromkeys(runs, 0.0)
         for phase in (*PHASES, "total"):
             if phase == "total":
@@ -159,6 +184,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7, help="rounds; each measures both trees (7)")
     p.add_argument("--n", type=int, default=3000, help="jobs per run (3,000)")
     p.add_argument("--batch", type=int, default=8, help="jobs per claim and per complete_many (8)")
+    p.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run the private Redis in valgrind's callgrind and count its instructions per job "
+        "instead of µs: the same on a quiet machine and a loaded one (each run is ~50× slower)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -169,7 +200,9 @@ def main() -> None:
     if args.url:
         compare(args, args.url)
         return
-    with private_redis() as url:
+    if args.callgrind:
+        os.environ["QCOST_CALLGRIND"] = "1"  # the children count instructions
+    with private_redis(args.callgrind) as url:
         compare(args, url)
 
 
