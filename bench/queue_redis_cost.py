@@ -111,25 +111,16 @@ def private_redis(callgrind: bool) -> Iterator[str]:
     """A private ``redis-server`` (``tests/private_servers.py``: a free port, a temporary
     directory, no persistence, removed afterwards), in valgrind's callgrind when asked: its URL."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
-    from tests.private_servers import PrivateRedis, private_server
+    from tests.private_servers import SERVERS, PrivateRedis, private_server
 
     class Callgrind(PrivateRedis):
         def command(self) -> list[str]:
             out = f"--callgrind-out-file={self.dir}/callgrind.%p"
             return ["valgrind", "--tool=callgrind", out, *super().command(), "--hz", "1"]
 
-    with private_server("redis", appendonly=False) if not callgrind else _started(Callgrind()) as server:
+    SERVERS["redis-callgrind"] = Callgrind  # this process's own kind of private server
+    with private_server("redis-callgrind" if callgrind else "redis", appendonly=False) as server:
         yield server.url
-
-
-@contextlib.contextmanager
-def _started(server: Any) -> Iterator[Any]:
-    try:
-        server.prepare()
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 def measure(src: Path, url: str, n: int, batch: int) -> dict[str, float]:
