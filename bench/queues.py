@@ -345,6 +345,16 @@ def _tree(pid: int) -> list[int]:
 
 
 def _broker_pids(system: str) -> list[int]:
+    """The broker's server processes: for Redis the one serving ``QBENCH_REDIS`` (it says
+    its pid: another Redis on the machine, say a private one, is not counted), else every
+    process of the broker's name."""
+    if SYSTEMS[system][0] == "redis":
+        import redis
+
+        with contextlib.closing(redis.Redis.from_url(REDIS)) as r:
+            pid = int(r.info("server")["process_id"])
+        if Path(f"/proc/{pid}").exists():  # a server on this machine, seen from here
+            return [pid]
     name = {"redis": "redis-server", "rabbitmq": "beam.smp"}.get(SYSTEMS[system][0])
     if name is None:
         return []

@@ -54,6 +54,7 @@ def main() -> None:
     }
     p50: dict[str, dict[str, list[float]]] = {s: {"before": [], "after": []} for s in args.only}
     cpu: dict[str, list[float]] = {s: [] for s in args.only}  # worker CPU per job, after / before
+    server: dict[str, dict[str, list[float]]] = {s: {"before": [], "after": []} for s in args.only}
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")  # a drift lands on both
         for system in args.only:
@@ -61,6 +62,7 @@ def main() -> None:
             for side in order:
                 rates[system][side].append(got[side]["rate"])
                 p50[system][side].append(got[side]["p50"])
+                server[system][side].append(got[side]["cpu_us"][2])  # the broker's or store's server
             rates[system]["ratio"].append(got["after"]["rate"] / got["before"]["rate"])
             cpu[system].append(got["after"]["cpu_us"][1] / got["before"]["cpu_us"][1])
             print(
@@ -78,6 +80,14 @@ def main() -> None:
             f"after {statistics.median(lat['after']):.2f}; worker CPU per job after/before paired median "
             f"{statistics.median(cpu[system]):.2f} (range {min(cpu[system]):.2f}-{max(cpu[system]):.2f})"
         )
+        srv = server[system]
+        if any(srv["before"]):  # a server process was measured (Redis: the one serving QBENCH_REDIS)
+            ratios = [a / b for a, b in zip(srv["after"], srv["before"], strict=True) if a and b]
+            print(
+                f"{system}: server CPU µs per job median before {statistics.median(srv['before']):.0f}, "
+                f"after {statistics.median(srv['after']):.0f}; after/before paired median "
+                f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,13 @@ def test_every_script_is_read_with_its_prelude_included(package: str, some: set[
     for name, text in scripts.items():
         assert not re.search(r"^--! include", text, re.M), name  # every include was filled in
         assert text.strip(), name
-    if package.endswith("queue"):  # every queue script starts from the prelude's functions
-        assert all("local function finish(" in text for text in scripts.values())
+    if package.endswith("queue"):  # every queue script starts from the keys; most from the prelude too
+        assert all("local function J(" in text for text in scripts.values())
+        # each includes no more than it calls (the per-call cost: see _keys.lua)
+        keys_only = {name for name, text in scripts.items() if "local function finish(" not in text}
+        assert keys_only == {"enqueue", "heartbeat", "mark_alone", "progress", "purge", "stats"}
+        leasing = {name for name, text in scripts.items() if "local function lease_job(" in text}
+        assert leasing == {"claim", "claim_ids", "reap"}
 
 
 def test_package_data_ships_every_lua_file() -> None:

@@ -1,6 +1,7 @@
 """A few-second smoke run of bench/queues.py: Foundry's embedded SQLite queue and
 huey+SQLite, 200 jobs each, with their real worker processes (speed itself is measured
-in bench/, not here); and of bench/queues_ab.py and bench/sqlite_scaling.py."""
+in bench/, not here); and of bench/queues_ab.py, bench/sqlite_scaling.py and
+bench/queue_redis_cost.py."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def test_sqlite_scaling_benchmark_runs() -> None:
     out = bench("sqlite_scaling.py", "--quick", "--workers", "1", "2")
     assert "vs 1 worker" in out
     assert "failed" not in out, out
+
+
+def test_redis_cost_benchmark_runs() -> None:
+    from tests.services import require
+
+    src = str(ROOT / "src")
+    options = ["--url", require("redis"), "--rounds", "1", "--n", "40", "--batch", "8"]
+    out = bench("queue_redis_cost.py", "--before", src, "--after", src, *options)
+    assert "EVALSHA    total" in out
+    assert "server CPU total" in out

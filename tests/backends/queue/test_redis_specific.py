@@ -4,12 +4,14 @@ worker (the contract itself is checked by ``test_conformance.py``)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from foundry.backends.queue import open_queue_backend
+from foundry.backends.queue.base import JobStatus
 from foundry.backends.queue.redis import RedisQueue
 from foundry.errors import BackendUnavailableError, ConfigError
 from tests.backends.queue._helpers import LONG, Namespace, assert_a_stop_wakes_a_waiting_claimer, job
@@ -52,6 +54,69 @@ def test_a_finished_job_and_its_key_expire_after_result_ttl(backend: RedisQueue)
     assert backend.fail(c.id, c.token, b"{}")
     assert backend.requeue(c.id)
     assert backend.client.pttl(f"{backend.prefix}j:{other.id}") == -1
+
+
+def _previous_format(backend: RedisQueue, queue: str, job_id: str, key: str) -> None:
+    """Plant a job as the enqueue script before the sparse record wrote it: every one of the
+    21 fields, the defaults included (a queue with jobs in it during an upgrade)."""
+    c, p = backend.client, backend.prefix
+    seq = c.incr(p + "seq")
+    now = time.time()
+    m = f"{now * 1e6:017.0f}{seq:012d}{job_id}"
+    c.hset(
+        f"{p}j:{job_id}",
+        mapping={
+            "id": job_id, "queue": queue, "unit": "u", "payload": b"{}", "codec": "json", "key": key,
+            "priority": "0", "eta": repr(now), "status": "queued", "token": "", "worker": "",
+            "lease_until": "0", "deliveries": "0", "attempts": "0", "max_retries": "3",
+            "max_deliveries": "5", "timeout": "", "result_ttl": "30.0", "enqueued_at": repr(now), "m": m,
+            "trace": "",
+        },
+    )  # fmt: skip
+    c.set(f"{p}k:{key}", job_id)
+    c.zadd(f"{p}q:{queue}:ready", {m: 0})
+    c.sadd(p + "queues", queue)
+
+
+def test_a_job_recorded_in_the_previous_format_runs_retries_and_finishes(backend: RedisQueue) -> None:
+    # Given a job written as the previous enqueue wrote it, and one written now beside it
+    queue, job_id, key = f"q{uuid.uuid4().hex[:6]}", uuid.uuid4().hex, f"k-{uuid.uuid4().hex}"
+    _previous_format(backend, queue, job_id, key)
+    fresh = job(queue)
+    backend.enqueue(fresh)
+    assert not backend.client.hexists(f"{backend.prefix}j:{fresh.id}", "token")  # the sparse one
+    # When both are claimed, the old one fails once, is retried and succeeds
+    got = {c.id: c for c in backend.claim(queue, "w", lease=LONG, limit=5, timeout=1)}
+    assert set(got) == {job_id, fresh.id}
+    assert got[job_id].deliveries == 1
+    assert got[job_id].max_deliveries == 5
+    assert got[job_id].timeout is None
+    assert backend.fail(job_id, got[job_id].token, b'"boom"', retry_at=time.time())
+    again = backend.claim(queue, "w", lease=LONG, limit=5, timeout=1)
+    assert [c.id for c in again] == [job_id]
+    assert again[0].deliveries == 2
+    assert again[0].attempts == 1
+    assert backend.complete_many([(job_id, again[0].token, b"1"), (fresh.id, got[fresh.id].token, b"2")]) == [
+        True,
+        True,
+    ]
+    # Then each has one completion record, its result, its key, and its own expiry
+    old = backend.get(job_id)
+    assert old is not None
+    assert old.status is JobStatus.SUCCEEDED
+    assert old.result == b"1"
+    assert old.error is None
+    assert old.key == key
+    assert backend.find(key) == old
+    assert 0 < backend.client.pttl(f"{backend.prefix}j:{job_id}") <= 30_000  # its own result_ttl
+    new_state = backend.get(fresh.id)
+    assert new_state is not None
+    assert new_state.result == b"2"
+    assert new_state.key is None
+    assert 0 < backend.client.pttl(f"{backend.prefix}j:{fresh.id}") <= 7 * 86400 * 1000  # the default
+    assert not backend.complete(job_id, again[0].token, b"3")  # done once
+    assert backend.stats(queue).running == 0
+    assert backend.stats(queue).depth == 0
 
 
 def test_prefixes_keep_namespaces_apart(url: str, backend: RedisQueue) -> None:

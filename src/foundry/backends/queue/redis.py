@@ -118,6 +118,7 @@ _STATE_FIELDS = STATE_FIELDS  # HMGET order of a job's state
 _WAIT_FIELDS = _STATE_FIELDS[:-1]  # what ``wait`` reads: all but the payload (the last field)
 _BIG_ARG = 64 * 1024  # an argument at least this large is sent as itself, not copied into the command
 _BLOCK_MAX = 5.0  # longest single BLPOP; the socket timeout of blocking calls is above it
+_DEFAULT_TTL = 7 * 86400.0  # the scripts' result_ttl when a record has none (``finish``)
 _FINISHED = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DEAD, JobStatus.CANCELLED})
 
 
@@ -480,7 +481,7 @@ class RedisQueue(ShowsUrl):
             str(job.max_retries),
             str(job.max_deliveries),
             "" if job.timeout is None else _num(job.timeout),
-            _num(job.result_ttl),
+            "" if job.result_ttl == _DEFAULT_TTL else _num(job.result_ttl),  # the script's default
             job.trace or "",
         ]
 

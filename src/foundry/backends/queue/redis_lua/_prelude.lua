@@ -1,97 +1,6 @@
--- The Lua scripts of the Redis queue (``../redis.py``), one file per script, each beginning
--- with this prelude (``--! include _prelude.lua``). Each runs atomically on the server,
--- so every state change of a job is one script: no other client ever sees half of it.
---
--- Keys under the prefix ``P`` (``ARGV[1]``, ending in ``:``):
---
--- ==========================  ===============================================================
--- ``P j:<id>``                hash: the job's whole record (fields as in ``FIELDS`` below)
--- ``P k:<key>``               string: idempotency key -> job id (expires with the job)
--- ``P q:<queue>:ready``       zset: claimable jobs; score ``-priority``, member
---                             ``<eta µs, 17 digits><seq, 12 digits><id>`` (so equal scores sort
---                             by eta, then enqueue order: FIFO within a priority)
--- ``P q:<queue>:sched``       zset: delayed jobs and scheduled retries; score ``eta``
--- ``P q:<queue>:lease``       zset: leased jobs; score ``lease_until``
--- ``P q:<queue>:dead``        zset: dead letters of the queue; score ``finished_at``
--- ``P q:<queue>:wake``        list: wake-up tokens for claimers blocked in ``BLPOP``
--- ``P dead``                  zset: every dead letter; ``P fin``: finished jobs by expiry
--- ``P seq``, ``P queues``     enqueue counter; the set of queue names
--- ``P done`` (channel)        ``PUBLISH``-ed job ids when a job finishes (``wait``)
--- ``P cancel`` (channel)      ``PUBLISH``-ed job ids when a running job's cancel is requested
--- ==========================  ===============================================================
---
--- A running job whose cancel was requested has the field ``cancel_at``; every script that
--- ends a delivery (complete, fail, release, a lapsed lease) then writes ``cancelled``.
---
--- Keys are computed inside the scripts, so a Redis Cluster needs the whole prefix in one
--- hash slot: use a hash-tagged prefix such as ``{foundry}``.
-
-local P = ARGV[1]
-local function J(id) return P .. 'j:' .. id end
-local function Q(q, s) return P .. 'q:' .. q .. ':' .. s end
-local function member(eta, id)
-  local seq = redis.call('INCR', P .. 'seq')
-  local us = tonumber(eta) * 1000000
-  if us < 0 then us = 0 elseif us > 9e15 then us = 9e15 end
-  return string.format('%017.0f%012.0f', us, seq) .. id
-end
-local function fin_member(q, id) return string.format('%03d', #q) .. q .. id end
-local function wake(q)
-  local w = Q(q, 'wake')
-  if redis.call('LLEN', w) < 64 then redis.call('RPUSH', w, '1') end
-end
--- f: the job's {result_ttl, key} when the caller already read them (else read here)
-local function finish(j, id, q, now, f)
-  f = f or redis.call('HMGET', j, 'result_ttl', 'key')
-  local ttl = tonumber(f[1])
-  if ttl == nil or ttl ~= ttl or ttl <= 0 or ttl > 3e9 then ttl = 604800 end  -- a malformed one: 7 days
-  local exp = now + ttl
-  local ms = string.format('%.0f', math.floor(exp * 1000))
-  redis.call('ZREM', Q(q, 'lease'), id)
-  redis.call('ZADD', P .. 'fin', string.format('%.6f', exp), fin_member(q, id))
-  redis.call('PEXPIREAT', j, ms)
-  if f[2] and f[2] ~= '' then redis.call('PEXPIREAT', P .. 'k:' .. f[2], ms) end
-  redis.call('PUBLISH', P .. 'done', id)
-end
--- A running job with a cancel request ends here, whatever its delivery asked for (a
--- completion, a retry, a dead letter, a release, or its lease lapsed): 'cancelled', the
--- error (when given) kept.
-local function cancelling(v) return v ~= nil and v ~= false and v ~= '' end
-local function end_cancelled(j, id, q, now_s, err)
-  redis.call('HSET', j, 'status', 'cancelled', 'token', '', 'worker', '', 'lease_until', '0',
-    'finished_at', now_s)
-  redis.call('HDEL', j, 'result')
-  if err and err ~= '' then redis.call('HSET', j, 'error', err) end
-  finish(j, id, q, tonumber(now_s))
-end
-local function bury(j, id, q, now_s, reason)
-  redis.call('HSET', j, 'status', 'dead', 'dead_reason', reason, 'token', '', 'worker', '',
-    'lease_until', '0', 'finished_at', now_s)
-  redis.call('ZADD', Q(q, 'dead'), now_s, id)
-  redis.call('ZADD', P .. 'dead', now_s, id)
-  finish(j, id, q, tonumber(now_s))
-end
--- A record Foundry did not write (or that was altered): dead-lettered, never run. The
--- reason follows foundry.errors.MalformedRecordError's text.
-local function malformed(j, id, q, now_s, field, value, problem)
-  local shown = tostring(value)
-  if value == false or value == nil then shown = 'missing' end
-  if #shown > 80 then shown = string.sub(shown, 1, 77) .. '...' end
-  bury(j, id, q, now_s, "the stored record is malformed, so it was not run: malformed record '" .. id ..
-    "': " .. field .. "='" .. shown .. "' " .. problem .. '. Fix: the record was not written by Foundry ' ..
-    'or was altered; correct or delete it in the store (Foundry does not run it)')
-end
-local function whole(v, low)  -- a decimal integer >= low (what HINCRBY and Python accept), or nil
-  if type(v) ~= 'string' or #v > 11 or not string.match(v, '^%-?%d+$') then return nil end
-  local n = tonumber(v)
-  if n == nil or n < low or n > 2147483647 then return nil end
-  return n
-end
-local function finite(v)  -- a finite number, or nil
-  local n = tonumber(v)
-  if n == nil or n ~= n or n == math.huge or n == -math.huge then return nil end
-  return n
-end
+-- The helpers that lease jobs and put lapsed leases back, after those that finish them
+-- (``_finish.lua``) and the keys (``_keys.lua``, which documents the layout).
+--! include _finish.lua
 -- Leases that lapsed: back to the queue, or to dead letters when poisonous. Only a
 -- delivery its worker marked alone (field 'alone' = the delivery's token) is charged
 -- ('crashes'); any other goes back uncharged (a suspect next time: see base.py).
@@ -153,15 +62,24 @@ local function unfit(f)
   if not whole(f[11], -2147483647) then return 'priority', f[11], 'is not an integer' end
   return nil
 end
--- Lease a job whose lease_fields f passed unfit; the reply: {id, the other fields of the
--- row claimed_from_reply reads, each as <length>:<bytes>, in one string} -- one bulk string
--- to parse per job instead of eleven (redis.py's _lease_row unpacks it).
-local function lease_job(j, id, q, now_s, worker, token, until_s, f)
-  local d = redis.call('HINCRBY', j, 'deliveries', 1)
-  redis.call('HSET', j, 'status', 'running', 'token', token, 'worker', worker, 'lease_until', until_s,
-    'started_at', now_s)
-  redis.call('ZADD', Q(q, 'lease'), until_s, id)
-  local row = {f[2], f[3], f[4], tostring(d), f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
-  for i = 1, #row do row[i] = #row[i] .. ':' .. row[i] end
+-- '<n>:' for a length n, each made once per call (the same few lengths recur job after job)
+local LEN = setmetatable({}, {__index = function(t, n)
+  local s = string.format('%d:', n)
+  t[n] = s
+  return s
+end})
+-- Lease a job whose lease_fields f passed unfit (so f[5], its deliveries, is a whole number);
+-- its lease-set entry goes in z ({score, member...}: the caller adds them in one ZADD). The
+-- reply: {id, the other fields of the row claimed_from_reply reads, each as
+-- <length>:<bytes>, in one string} -- one bulk string to parse per job instead of eleven
+-- (redis.py's _lease_row unpacks it).
+local function lease_job(j, id, now_s, worker, token, until_s, f, z)
+  local d = string.format('%d', whole(f[5], 0) + 1)
+  redis.call('HSET', j, 'status', 'running', 'deliveries', d, 'token', token, 'worker', worker,
+    'lease_until', until_s, 'started_at', now_s)
+  z[#z + 1] = until_s
+  z[#z + 1] = id
+  local row = {f[2], f[3], f[4], d, f[6], f[7], f[8], f[9], f[10], f[11], f[12] or ''}
+  for i = 1, #row do row[i] = LEN[#row[i]] .. row[i] end
   return {id, table.concat(row)}
 end

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _finish.lua
 -- ARGV: P, now, id, running ('1': request the cancel of a running job)
 --   -> 'cancelled' | 'requested' | 'running' | 'finished' | 'unknown' (foundry's CancelResult)
 local now_s, id = ARGV[2], ARGV[3]

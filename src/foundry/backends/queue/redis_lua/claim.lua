@@ -1,6 +1,6 @@
 --! include _prelude.lua
 -- ARGV: P, now, queue, worker, token, lease_until, limit
---   -> {jobs, next scheduled eta or '', next lease deadline or ''}
+--   -> {jobs, next scheduled eta or '', next lease deadline or ''} (both '' when jobs were leased)
 local now_s, q = ARGV[2], ARGV[3]
 local rk, sk = Q(q, 'ready'), Q(q, 'sched')
 reap(q, now_s, true)
@@ -18,10 +18,10 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', sk, '-inf', now_s, 'LIMIT', 0, 1
     end
   end
 end
-local out, limit = {}, tonumber(ARGV[7])
+local out, limit, empty, z = {}, tonumber(ARGV[7]), false, {}
 while #out < limit do
-  local popped = redis.call('ZPOPMIN', rk, limit - #out)
-  if #popped == 0 then break end
+  local want = limit - #out
+  local popped = redis.call('ZPOPMIN', rk, want)
   for i = 1, #popped, 2 do
     local id = string.sub(popped[i], 30)
     local j = J(id)
@@ -31,12 +31,18 @@ while #out < limit do
       if field then
         malformed(j, id, q, now_s, field, value, problem)
       else
-        out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6], f)
+        out[#out + 1] = lease_job(j, id, now_s, ARGV[4], ARGV[5], ARGV[6], f, z)
       end
     end
   end
+  if #popped < 2 * want then  -- the ready set is empty: no second pop to find out
+    empty = true
+    break
+  end
 end
-if redis.call('ZCARD', rk) == 0 then redis.call('DEL', Q(q, 'wake')) end
+if #z > 0 then zmany('ZADD', Q(q, 'lease'), z) end
+if empty or redis.call('ZCARD', rk) == 0 then redis.call('DEL', Q(q, 'wake')) end
+if #out > 0 then return {out, '', ''} end  -- the deadlines only matter to a claimer about to block
 local a = redis.call('ZRANGE', sk, 0, 0, 'WITHSCORES')
 local b = redis.call('ZRANGE', Q(q, 'lease'), 0, 0, 'WITHSCORES')
 return {out, a[2] or '', b[2] or ''}

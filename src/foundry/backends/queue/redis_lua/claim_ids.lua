@@ -3,7 +3,7 @@
 -- (the AMQP engine: the broker chose these jobs; lease those still queued and due)
 local q, now_s = ARGV[2], ARGV[3]
 local now = tonumber(now_s)
-local out, other = {}, {}
+local out, other, z = {}, {}, {}
 for i = 7, #ARGV do
   local id = ARGV[i]
   local j = J(id)
@@ -26,9 +26,10 @@ for i = 7, #ARGV do
   if f[1] == 'queued' and f[3] == q and finite(f[2]) <= now then
     if f[4] then redis.call('ZREM', Q(q, 'ready'), f[4]) end
     redis.call('ZREM', Q(q, 'sched'), id)
-    out[#out + 1] = lease_job(j, id, q, now_s, ARGV[4], ARGV[5], ARGV[6], g)
+    out[#out + 1] = lease_job(j, id, now_s, ARGV[4], ARGV[5], ARGV[6], g, z)
   else
     other[#other + 1] = {id, f[1] or '', f[2] or ''}
   end
 end
+if #z > 0 then zmany('ZADD', Q(q, 'lease'), z) end
 return {out, other}

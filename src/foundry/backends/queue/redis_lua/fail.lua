@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _finish.lua
 -- ARGV: P, now, id, token, error, mode ('retry' | 'dead' | 'failed'), retry_at, dead_reason
 --   -> 1 | 0
 local now_s, id = ARGV[2], ARGV[3]

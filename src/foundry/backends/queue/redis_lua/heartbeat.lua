@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _keys.lua
 -- ARGV: P, id, token, lease_until -> 1 | 0
 local j = J(ARGV[2])
 local f = redis.call('HMGET', j, 'status', 'token', 'queue')

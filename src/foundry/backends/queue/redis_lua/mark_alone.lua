@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _keys.lua
 -- ARGV: P, id, token -> 1 | 0 (this delivery runs alone: a lapse now is charged to it)
 local j = J(ARGV[2])
 local f = redis.call('HMGET', j, 'status', 'token')

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _keys.lua
 -- ARGV: P, id, token, record -> 1 | 0 (the running delivery's progress, fenced by its token)
 local j = J(ARGV[2])
 local f = redis.call('HMGET', j, 'status', 'token')

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _keys.lua
 -- ARGV: P, now, limit -> {purged, looked at}
 local ids = redis.call('ZRANGEBYSCORE', P .. 'fin', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 local n = 0

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _finish.lua
 -- ARGV: P, id, token, now -> 1 | 0
 local id = ARGV[2]
 local j = J(id)

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _finish.lua
 -- ARGV: P, now, id -> queue name | false
 local now_s, id = ARGV[2], ARGV[3]
 local j = J(id)

@@ -1,4 +1,4 @@
---! include _prelude.lua
+--! include _keys.lua
 -- ARGV: P, now, queue -> {depth, scheduled, running, dead, oldest eta or ''}
 local now_s, q = ARGV[2], ARGV[3]
 local rk, sk = Q(q, 'ready'), Q(q, 'sched')
