@@ -12,7 +12,9 @@ hears every ring), and its datagram may carry the topics that moved (``\\0``-sep
 so a listener wakes only the waiters of those topics. ``b"!"`` — what every older ring
 sends — means "something changed: look at everything". A ring nobody needs (a commit
 that makes nothing claimable and ends nothing) is simply not sent: a process is woken
-only by what it waits for.
+only by what it waits for. A ring for *one* listener of a kind is not sent again while
+that listener has not read the last one (it will look after both commits), for
+``UNREAD_GRACE`` at most.
 
 A listener that died (even by SIGKILL) is noticed by the ring itself (its address
 refuses the datagram) and its marker is removed. A full socket buffer means the
@@ -33,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import fcntl
 import hashlib
 import math
 import os
@@ -42,10 +43,13 @@ import select
 import socket
 import struct
 import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Collection
+
+if sys.platform.startswith("linux"):  # the bell's own (supported())
+    import fcntl
+    import termios
 
 __all__ = ["EVERYTHING", "QUEUE_LIMIT", "Doorbell", "Wakeups", "supported"]
 
@@ -73,6 +77,8 @@ UNREAD_GRACE = 0.01
 def _unread(sock: socket.socket) -> bool:
     """Whether a datagram sent from ``sock`` still waits in a listener's queue (Linux
     counts it against its sender until it is read: ``SIOCOUTQ``)."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         return bool(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0])
     except OSError:
