@@ -407,7 +407,10 @@ class SqlQueue(SqlEngine):
         later = self.fetch_one(
             conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,)
         )
-        nxt = min(finite(later[0], math.inf) + age, lapse)
+        soonest = finite(later[0], math.inf)
+        if age:  # (a fresh job is looked at again once it may have waited ``age``, not sooner)
+            soonest = max(soonest, now) + age
+        nxt = min(soonest, lapse)
         return nxt <= now, nxt
 
     def _claim_age(self, queue: str, gen: tuple[int, int]) -> float:
