@@ -102,9 +102,8 @@ class Doorbell:
         self._peers: list[str] = []
         self._seen: int | None = None  # the directory's mtime when _peers was read
         self._ring_lock = threading.Lock()  # rings from two threads (a commit's, a forward)
-        self._ones: dict[
-            str, tuple[socket.socket, float]
-        ] = {}  # kind -> its rings for one: (sender, last sent)
+        # kind -> the socket its rings for one go out of, and when it last sent one
+        self._ones: dict[str, tuple[socket.socket, float]] = {}
 
     def _address(self, marker: str) -> bytes:
         return b"\0foundry-wake-" + self._key.encode() + b"-" + marker.encode()
