@@ -12,7 +12,9 @@ hears every ring), and its datagram may carry the topics that moved (``\\0``-sep
 so a listener wakes only the waiters of those topics. ``b"!"`` — what every older ring
 sends — means "something changed: look at everything". A ring nobody needs (a commit
 that makes nothing claimable and ends nothing) is simply not sent: a process is woken
-only by what it waits for.
+only by what it waits for. A ring for *one* listener of a kind is not sent again while
+that listener has not read the last one (it will look after both commits), for
+``UNREAD_GRACE`` at most.
 
 A listener that died (even by SIGKILL) is noticed by the ring itself (its address
 refuses the datagram) and its marker is removed. A full socket buffer means the
@@ -34,14 +36,20 @@ import asyncio
 import bisect
 import contextlib
 import hashlib
+import math
 import os
 import secrets
 import select
 import socket
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Collection
+
+if sys.platform.startswith("linux"):  # the bell's own (supported())
+    import fcntl
+    import termios
 
 __all__ = ["EVERYTHING", "QUEUE_LIMIT", "Doorbell", "Wakeups", "supported"]
 
@@ -58,6 +66,23 @@ def _queue_limit() -> int:
 
 
 QUEUE_LIMIT = _queue_limit()  # a listener that reads this many at once may have missed some
+
+
+# A ring for one that its listener has not read yet makes the next ring for one of that
+# kind needless — that listener will look after both commits — for this long at most
+# (a listener that stops reading gets rings again: they fill its queue and go on to the next).
+UNREAD_GRACE = 0.01
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether a datagram sent from ``sock`` still waits in a listener's queue (Linux
+    counts it against its sender until it is read: ``SIOCOUTQ``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+    except OSError:
+        return False
 
 
 def supported() -> bool:
@@ -77,6 +102,8 @@ class Doorbell:
         self._peers: list[str] = []
         self._seen: int | None = None  # the directory's mtime when _peers was read
         self._ring_lock = threading.Lock()  # rings from two threads (a commit's, a forward)
+        # kind -> the socket its rings for one go out of, and when it last sent one
+        self._ones: dict[str, tuple[socket.socket, float]] = {}
 
     def _address(self, marker: str) -> bytes:
         return b"\0foundry-wake-" + self._key.encode() + b"-" + marker.encode()
@@ -175,11 +202,31 @@ class Doorbell:
         with self._ring_lock:
             self._ring(message, kinds, one)
 
+    def _sender_for(self, one: str | None) -> tuple[socket.socket | None, float]:
+        """The socket that sends rings for one of kind ``one`` (its own, so that whether
+        the last is unread can be asked of it) and when it last sent one."""
+        if one is None:
+            return None, 0.0
+        got = self._ones.get(one)
+        if got is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            got = self._ones[one] = (sock, -math.inf)
+        return got
+
     def _ring(
         self, message: bytes | Callable[[int], bytes], kinds: Collection[str] | None, one: str | None
     ) -> None:
         if not self._refresh() or not self._peers:
             return
+        ones, sent_at = self._sender_for(one)
+        if (
+            ones is not None
+            and time.monotonic() - sent_at < UNREAD_GRACE
+            and all("." in m for m in self._peers)  # (an unkinded listener hears every ring)
+            and _unread(ones)
+        ):
+            return  # the last ring for one is not read yet: its listener will look after this commit too
         if callable(message):
             message = message(sum(1 for m in self._peers if kinds is None or m.partition(".")[0] in kinds))
         if self._sender is None:
@@ -201,7 +248,11 @@ class Doorbell:
             if dot and one is not None and rung:
                 continue
             try:
-                self._sender.sendto(message, self._address(marker))
+                if dot and ones is not None and one is not None:
+                    ones.sendto(message, self._address(marker))
+                    self._ones[one] = (ones, time.monotonic())
+                else:
+                    self._sender.sendto(message, self._address(marker))
                 rung = rung or bool(dot)
             except BlockingIOError:  # its queue is full: it has rings to read, and will look at everything
                 pass  # (a ring for one goes on to the next: this one is not reading)
@@ -217,6 +268,9 @@ class Doorbell:
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        for sock, _ in self._ones.values():
+            sock.close()
+        self._ones.clear()
 
     def remove(self) -> None:
         """Delete the marker directory (a temporary database going away)."""

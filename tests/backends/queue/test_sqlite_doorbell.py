@@ -209,3 +209,74 @@ def test_a_nudge_never_waits_for_room_in_a_full_listener(tmp_path: Path) -> None
     nudged.join(5)
     assert not nudged.is_alive(), "nudge blocked on a full listener"
     bell.close()
+
+
+def test_a_claimer_nothing_rang_for_takes_only_the_jobs_that_have_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # New work rings one claimer. Another, which heard nothing since its last look, leaves a
+    # fresh job to that one (extra workers cost nothing while one keeps up) and takes it once
+    # it has waited ``unrung_age``: nobody took it, so a backlog reaches every claimer.
+    backend = open_queue_backend(f"sqlite:///{tmp_path / 'q.db'}")
+    assert isinstance(backend, SqliteQueue)
+    assert backend.unrung_age > 0
+    clock = [time.time()]
+    monkeypatch.setattr(backend, "_now", lambda: clock[0])
+
+    def quietly(job_id: str, queue: str) -> None:  # committed by another process: nothing rang here
+        job = NewJob(id=job_id, queue=queue, unit="u", payload=b"{}")
+        backend._write(lambda conn: backend._insert(conn, job, clock[0]))
+
+    def claim(queue: str, timeout: float = 0.0) -> list[str]:
+        return [c.id for c in backend.claim(queue, "w", lease=30, limit=10, timeout=timeout)]
+
+    try:
+        assert claim("fresh") == []  # its last look: nothing there
+        quietly("quiet", "fresh")
+        clock[0] += backend.unrung_age / 2
+        assert claim("fresh") == []  # fresh, and nothing rang: the rung claimer's
+        clock[0] += backend.unrung_age
+        assert claim("fresh") == ["quiet"]  # it has waited: anyone's
+        backend.enqueue(NewJob(id="rung", queue="fresh", unit="u", payload=b"{}"))  # a wake-up here
+        assert claim("fresh") == ["rung"]  # at once
+        # On the real clock, a waiting claimer takes such a job by itself: never lost.
+        monkeypatch.undo()
+        assert claim("later") == []
+        clock[0] = time.time()
+        quietly("unrung", "later")
+        assert claim("later", timeout=30) == ["unrung"]
+    finally:
+        backend.close()
+
+
+def test_a_ring_for_one_is_not_sent_again_while_its_listener_has_not_read_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The unread ring makes its listener look after the later commit too: the second ring
+    # would only wake it once more. A listener that stops reading gets them again.
+    from foundry.backends import _doorbell
+
+    db = str(tmp_path / "q.db")
+    ringer, listener = Doorbell(db), Doorbell(db)
+    sock = listener.listen("q")
+    assert sock is not None
+    try:
+        ringer.ring(b"a", {"q"}, one="q")
+        ringer.ring(b"b", {"q"}, one="q")
+        assert listener.receive(sock) == [b"a"]
+        ringer.ring(b"c", {"q"}, one="q")  # the last one was read: this one is sent
+        assert listener.receive(sock) == [b"c"]
+        monkeypatch.setattr(_doorbell, "UNREAD_GRACE", 0.0)  # unread for longer than that
+        ringer.ring(b"d", {"q"}, one="q")
+        ringer.ring(b"e", {"q"}, one="q")
+        assert listener.receive(sock) == [b"d", b"e"]
+        monkeypatch.undo()
+        everything = listener.listen()  # an unkinded listener hears every ring: never skipped
+        assert everything is not None
+        ringer.ring(b"f", {"q"}, one="q")
+        ringer.ring(b"g", {"q"}, one="q")
+        assert listener.receive(everything) == [b"f", b"g"]
+        assert listener.receive(sock) == [b"f", b"g"]
+    finally:
+        ringer.close()
+        listener.close()

@@ -48,6 +48,8 @@ def test_claims_and_completions_never_scan_the_queue(tmp_path: Path, monkeypatch
         backend.enqueue(NewJob(id="later", queue="q", unit="u", payload=b"{}", eta=time.time() + 60))
         claimed = backend.claim("q", "w", lease=30, limit=5, timeout=1)
         backend.complete_many([(c.id, c.token, b"1") for c in claimed])
+        # (a first look claims without the probe; the look after an empty claim probes)
+        assert backend.claim("none", "w", lease=30, limit=5, timeout=0) == []
         assert isinstance(backend, StateStore)  # the SQLite engine offers the RabbitMQ state store
         got, _ = backend.claim_ids("q", [j.id for j in jobs[10:15]], "w", 30)
         assert len(got) == 5

@@ -174,12 +174,17 @@ class SqlQueue(SqlEngine):
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     skip_locked: ClassVar[str] = ""
+    # An engine whose new-work wake-up reaches one claimer (SQLite's doorbell): a claimer
+    # that nothing rang for since its last look takes only jobs that have been due this
+    # many seconds (``claim``): the rung claimer gets the fresh ones, a backlog reaches all.
+    unrung_age: ClassVar[float] = 0.0
 
     def __init__(self, url: str, *, prefix: str) -> None:
         self.table = f"{prefix}jobs"
         super().__init__(url, {"{jobs}": self.table, "{skip}": self.skip_locked})
         self.signals = Signals()
         self._busy: set[str] = set()  # queues whose last claim came back full
+        self._looked: dict[str, tuple[int, int]] = {}  # queue -> its wake-up generation at the last look
         self._closed = False
 
     # -- engine hooks ------------------------------------------------------------
@@ -382,18 +387,19 @@ class SqlQueue(SqlEngine):
         )
         return self._lease_rows(conn, rows, now), wake
 
-    def _due(self, conn: Any, *, queue: str, now: float) -> tuple[bool, float]:
-        """(something is claimable now, the next time something becomes claimable).
+    def _due(self, conn: Any, *, queue: str, now: float, age: float = 0.0) -> tuple[bool, float]:
+        """(something is claimable now, the next time something becomes claimable); with
+        ``age``, claimable means due for ``age`` seconds at least.
 
         "Is one due" is an EXISTS that stops at the first due entry of the ready index;
         ``min(eta)`` cannot use that index (priority comes first in it) and would read
         every queued job of the queue on each probe, so it is asked only when nothing is
-        due (then the queued jobs are the delayed ones)."""
+        due (then the queued jobs are the delayed ones, or the fresh ones of ``age``)."""
         row = self.fetch_one(
             conn,
             "SELECT EXISTS (SELECT 1 FROM {jobs} WHERE queue = ? AND status = 'queued' AND eta <= ?), "
             "(SELECT min(lease_until) FROM {jobs} WHERE queue = ? AND status = 'running')",
-            (queue, now, queue),
+            (queue, now - age, queue),
         )
         lapse = finite(row[1], math.inf)
         if row[0] or lapse <= now:
@@ -401,8 +407,20 @@ class SqlQueue(SqlEngine):
         later = self.fetch_one(
             conn, "SELECT min(eta) FROM {jobs} WHERE queue = ? AND status = 'queued'", (queue,)
         )
-        nxt = min(finite(later[0], math.inf), lapse)
+        soonest = finite(later[0], math.inf)
+        if age:  # (a fresh job is looked at again once it may have waited ``age``, not sooner)
+            soonest = max(soonest, now) + age
+        nxt = min(soonest, lapse)
         return nxt <= now, nxt
+
+    def _claim_age(self, queue: str, gen: tuple[int, int]) -> float:
+        """How long a job must have been due for this look to take it: ``unrung_age``
+        when nothing rang for the queue since this process's last look (another claimer
+        was rung for the fresh jobs), else 0 (a ring, a first look: then the claim goes
+        ahead without the probe, as one after a full batch does)."""
+        last = self._looked.get(queue)
+        self._looked[queue] = gen
+        return self.unrung_age if last == gen else 0.0
 
     def claim(self, queue: str, worker: str, *, lease: float, limit: int, timeout: float) -> list[Claimed]:
         check_claim(queue, lease, limit)
@@ -412,10 +430,12 @@ class SqlQueue(SqlEngine):
             while True:
                 since = self.signals.gen(topic)
                 now = self._now()
-                if queue in self._busy:  # the last claim filled its batch: skip the probe
-                    ready, nxt = True, now
+                busy = queue in self._busy  # the last claim filled its batch
+                age = self._claim_age(queue, since) if self.unrung_age and not busy else 0.0
+                if busy or (self.unrung_age and not age):  # (or a ring says there is new work)
+                    ready, nxt = True, now  # skip the probe
                 else:
-                    ready, nxt = self.query(functools.partial(self._due, queue=queue, now=now))
+                    ready, nxt = self.query(functools.partial(self._due, queue=queue, now=now, age=age))
                 if ready:
                     got, _ = self.commit(
                         lambda conn: self._claim_now(conn, queue, worker, lease, limit),

@@ -32,6 +32,11 @@ what moved, so only the waiters of that go and look:
   is not waiting holds the ring 10 ms: if its claimer comes back to ``claim`` meanwhile
   it looks at the queue itself, else the ring goes on to the next process (once to each
   at most). A claim that took all it asked for does the same for "there may be more".
+  A claimer that nothing rang for since its last look takes only the jobs that have
+  been due for that same 10 ms (``SqlQueue.unrung_age``): the fresh ones are the rung
+  claimer's, so a second worker process that once took a batch does not go on polling
+  and splitting the work into smaller claims, while a backlog that the rung worker
+  leaves waiting reaches every claimer (and a job nobody rang for is never left).
   N worker processes do not all wake, look, and race for the write lock over every job;
 * a job that ended rings the processes waiting for jobs' results, a cancel request the
   processes watching for cancels;
@@ -546,6 +551,7 @@ class SqliteQueue(SqlQueue):
     capabilities: ClassVar[Capabilities] = Capabilities(
         notify=False, priority=True, cross_process_results=True
     )
+    unrung_age: ClassVar[float] = _HOLD if supported() else 0.0  # (without the bell every claimer polls)
 
     def __init__(self, url: str) -> None:
         parts, query, prefix = parse_sql_url("queue", url, ("synchronous", "busy_timeout", "poll", "pool"))
