@@ -5,6 +5,7 @@
     python bench/inprocess_b.py --quick          # a few seconds (the test suite's smoke run)
     python bench/inprocess_b.py --only async     # or --only parallel
     python bench/inprocess_b.py --only parallel --rounds 5
+    python bench/inprocess_b.py --only parallel --case 1us --rounds 15   # issue 17's row alone
 
 Every case runs in this one process, variants interleaved repetition by repetition (so
 drift in the machine's load hits all of them alike), medians reported.
@@ -265,7 +266,12 @@ def run_case(
     return times
 
 
-def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: int) -> list[Row]:
+PARALLEL_CASES = ("1 ms items", "~1 µs items", "tiny items")
+
+
+def bench_parallel(
+    heavy_items: int, micro_items: int, tiny_items: int, reps: int, only: str | None = None
+) -> list[Row]:
     import joblib
 
     workers = 2
@@ -314,6 +320,8 @@ def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: in
             ),
         ]
         for label, fn, n, peers in cases:
+            if only is not None and label != only:
+                continue
 
             def variants_for(
                 data: list[int], fn: Callable[[int], Any] = fn, peers: Any = peers
@@ -364,7 +372,17 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=7, help="paired rounds of each parallel case (default 7)"
     )
+    parser.add_argument(
+        "--case",
+        choices=("1ms", "1us", "tiny"),
+        help="run one parallel case: 1 ms items, ~1 µs items (issue 17's row) or tiny items",
+    )
     args = parser.parse_args()
+    case = (
+        None
+        if args.case is None
+        else dict(zip(("1ms", "1us", "tiny"), PARALLEL_CASES, strict=True))[args.case]
+    )
     console = Console(width=180)
     async_rows: list[Row] = []
     parallel_rows: list[Row] = []
@@ -376,9 +394,11 @@ def main() -> int:
         )
     if args.only != "async":
         parallel_rows = (
-            bench_parallel(heavy_items=200, micro_items=200_000, tiny_items=20_000, reps=2)
+            bench_parallel(heavy_items=200, micro_items=200_000, tiny_items=20_000, reps=2, only=case)
             if args.quick
-            else bench_parallel(heavy_items=2000, micro_items=2_000_000, tiny_items=400_000, reps=args.rounds)
+            else bench_parallel(
+                heavy_items=2000, micro_items=2_000_000, tiny_items=400_000, reps=args.rounds, only=case
+            )
         )
     table = Table(title=f"in-process, part b — {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     for column in ("case", "variant", "seconds (median)", "throughput", "ratio"):
