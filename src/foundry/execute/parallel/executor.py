@@ -51,6 +51,7 @@ PROBE_MAX_ITEMS = 256
 PROBE_TRIM = 0.05  # the share of the probe's slowest items left out of its mean
 SEQUENTIAL_BATCH = 4096
 IN_FLIGHT_PER_WORKER = 2
+AHEAD = 1  # chunks handed to a busy child behind the one it computes (IN_FLIGHT_PER_WORKER - 1)
 SHIP_REPEATS = 3
 
 
@@ -188,7 +189,8 @@ class ParallelExecutor:
                     run_chunk.__qualname__,
                     workers=self.workers,
                     max_pending=self.workers * IN_FLIGHT_PER_WORKER,
-                    short=False,  # never hand chunks ahead: cancellation stays exact
+                    short=False,
+                    ahead=AHEAD,  # each child finds its next chunk in its pipe when it answers one
                     registry=self.metrics,
                 )
             return self._pool
