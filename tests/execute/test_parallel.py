@@ -113,7 +113,7 @@ def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
     assert plan_chunks(5000, workers=1, est=0.01).mode == "sequential"
     shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1.5e-7)
     assert shipping.mode == "sequential"  # 0.30 s here, 0.15 s shipping + 0.15 s computing there
-    assert "≈ 300.0 ms here, ≈ 302.8 ms on 2 workers" in shipping.reason
+    assert "≈ 300.0 ms here, ≈ 303.8 ms on 2 workers" in shipping.reason
     assert "0.99× is less than the 1.5× that pays for processes" in shipping.reason
     heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=8e-5)
     assert heavy_payload.mode == "sequential"  # 50 µs saved per item, 80 µs spent shipping it
@@ -127,7 +127,12 @@ def test_shipping_is_charged_per_chunk_and_per_item_so_microsecond_items_in_bulk
     assert plan.mode == "processes"
     assert plan.chunksize * plan.est >= CHUNK_SHIP / AMORTISED  # the chunk cost is ≤ 2 % of the work
     assert plan.chunks * CHUNK_SHIP <= AMORTISED * plan.items * plan.est
-    assert plan.chunks % plan.workers == 0
+    sizes = [hi - lo for lo, hi in plan.bounds()]
+    assert (sum(sizes), len(sizes)) == (plan.items, plan.chunks)
+    assert sizes == sorted(sizes, reverse=True)  # full chunks, then a tail that shrinks ...
+    assert sizes[0] == plan.chunksize
+    assert sizes[-2] < plan.chunksize / 2  # ... so the workers reach the join together
+    assert f"(the last {sum(s < plan.chunksize for s in sizes)} smaller)" in plan.reason
     expected = plan.expected_seconds
     assert expected is not None
     assert expected == pytest.approx(2_000_000 * 1.2e-7 + plan.chunks * CHUNK_SHIP + 2_000_000 * 0.9e-6 / 2)

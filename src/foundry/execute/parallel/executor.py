@@ -364,7 +364,7 @@ class ParallelExecutor:
                 f"worker processes ({exc}). Fix: define it at module level (not a lambda or a closure)"
             ) from exc
         send = self._sender(fn, kw)
-        bounds = [(s, min(s + plan.chunksize, len(data))) for s in range(start, len(data), plan.chunksize)]
+        bounds = plan.bounds(start)
         pending: dict[Task | ChunkCall, tuple[int, int, int]] = {}
         finished: deque[Task | ChunkCall] = deque()
         arrived = threading.Event()
