@@ -120,6 +120,7 @@ class ParallelExecutor:
         name: str = "parallel",
         metrics: Registry | None = None,
         cluster: str | None = None,
+        ahead: int = AHEAD,
     ) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise SubmitError(f"parallel {name!r}: workers={workers!r} must be an integer ≥ 1, or None")
@@ -145,6 +146,7 @@ class ParallelExecutor:
             "Chunks lost as a whole (their worker died, or the cluster went away)",
             ("unit", "engine"),
         )
+        self._ahead = ahead  # chunks handed ahead to a busy child (0: main's dispatch, for A/B runs)
         self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
         self.plans: deque[ChunkPlan] = deque(maxlen=32)
@@ -190,7 +192,7 @@ class ParallelExecutor:
                     workers=self.workers,
                     max_pending=self.workers * IN_FLIGHT_PER_WORKER,
                     short=False,
-                    ahead=AHEAD,  # each child finds its next chunk in its pipe when it answers one
+                    ahead=self._ahead,  # each child finds its next chunk in its pipe when it answers one
                     registry=self.metrics,
                 )
             return self._pool
