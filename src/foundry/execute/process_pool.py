@@ -866,9 +866,11 @@ def _widen(conn: mpc.Connection) -> int:
     what it granted. A quarter of it is what may wait in the pipe for a busy child: two
     units handed ahead (one the child is about to read, the next) fit with room to spare,
     so those writes never block the parent, whatever the child is doing."""
+    fd = os.dup(conn.fileno())
     try:
-        sock = socket.socket(fileno=os.dup(conn.fileno()))
-    except OSError:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # not a socket (no pipe buffer to rely on): nothing is handed ahead
+        os.close(fd)
         return 0
     with sock:
         with contextlib.suppress(OSError):
