@@ -5,6 +5,7 @@
     python bench/inprocess_b.py --quick          # a few seconds (the test suite's smoke run)
     python bench/inprocess_b.py --only async     # or --only parallel
     python bench/inprocess_b.py --only parallel --rounds 5
+    python bench/inprocess_b.py --only parallel --case 1us --rounds 15   # issue 17's row alone
 
 Every case runs in this one process, variants interleaved repetition by repetition (so
 drift in the machine's load hits all of them alike), medians reported.
@@ -265,13 +266,27 @@ def run_case(
     return times
 
 
-def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: int) -> list[Row]:
+PARALLEL_CASES = ("1 ms items", "~1 µs items", "tiny items")
+
+
+NOT_AHEAD = "foundry parallel, no chunk handed ahead"
+
+
+def bench_parallel(
+    heavy_items: int,
+    micro_items: int,
+    tiny_items: int,
+    reps: int,
+    only: str | None = None,
+    ahead_ab: bool = False,
+) -> list[Row]:
     import joblib
 
     workers = 2
     chunk = 10_000
     rows: list[Row] = []
     executor = ParallelExecutor(workers=workers, name="bench")
+    not_ahead = ParallelExecutor(workers=workers, name="bench-not-ahead", ahead=0)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool, joblib.parallel_config(backend="loky", n_jobs=workers):
         par = joblib.Parallel(n_jobs=workers)
@@ -314,6 +329,8 @@ def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: in
             ),
         ]
         for label, fn, n, peers in cases:
+            if only is not None and label != only:
+                continue
 
             def variants_for(
                 data: list[int], fn: Callable[[int], Any] = fn, peers: Any = peers
@@ -322,6 +339,8 @@ def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: in
                     "sequential loop": lambda: [fn(x) for x in data],
                     "foundry parallel": lambda: executor.map(fn, data, progress=False),
                 }
+                if ahead_ab:  # the same plan, each child sent its next chunk only once it answered
+                    variants[NOT_AHEAD] = lambda: not_ahead.map(fn, data, progress=False)
                 variants.update({name: functools.partial(peer, data) for name, peer in peers.items()})
                 return variants
 
@@ -340,6 +359,16 @@ def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: in
                     else (plan.note if plan else "")
                 )
                 rows.append((case, name, med, f"{n / med:,.0f}/s", ratio))
+            if ahead_ab:
+                rows.append(
+                    (
+                        case,
+                        "foundry: handing one chunk ahead ÷ not, round by round",
+                        -1.0,
+                        "",
+                        paired(times, "foundry parallel", NOT_AHEAD),
+                    )
+                )
             best = [min(t) for t in zip(*(times[name] for name in peers), strict=True)]
             rows.append(
                 (
@@ -351,6 +380,7 @@ def bench_parallel(heavy_items: int, micro_items: int, tiny_items: int, reps: in
                 )
             )
     executor.close()
+    not_ahead.close()
     return rows
 
 
@@ -364,7 +394,22 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=7, help="paired rounds of each parallel case (default 7)"
     )
+    parser.add_argument(
+        "--case",
+        choices=("1ms", "1us", "tiny"),
+        help="run one parallel case: 1 ms items, ~1 µs items (issue 17's row) or tiny items",
+    )
+    parser.add_argument(
+        "--ahead-ab",
+        action="store_true",
+        help="also run foundry without handing chunks ahead (the dispatch before issue 17's change), paired",
+    )
     args = parser.parse_args()
+    case = (
+        None
+        if args.case is None
+        else dict(zip(("1ms", "1us", "tiny"), PARALLEL_CASES, strict=True))[args.case]
+    )
     console = Console(width=180)
     async_rows: list[Row] = []
     parallel_rows: list[Row] = []
@@ -376,9 +421,23 @@ def main() -> int:
         )
     if args.only != "async":
         parallel_rows = (
-            bench_parallel(heavy_items=200, micro_items=200_000, tiny_items=20_000, reps=2)
+            bench_parallel(
+                heavy_items=200,
+                micro_items=200_000,
+                tiny_items=20_000,
+                reps=2,
+                only=case,
+                ahead_ab=args.ahead_ab,
+            )
             if args.quick
-            else bench_parallel(heavy_items=2000, micro_items=2_000_000, tiny_items=400_000, reps=args.rounds)
+            else bench_parallel(
+                heavy_items=2000,
+                micro_items=2_000_000,
+                tiny_items=400_000,
+                reps=args.rounds,
+                only=case,
+                ahead_ab=args.ahead_ab,
+            )
         )
     table = Table(title=f"in-process, part b — {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
     for column in ("case", "variant", "seconds (median)", "throughput", "ratio"):

@@ -60,6 +60,18 @@ def segfault_on_5(n: int) -> int:
     return n
 
 
+def die_at(n: int, *, victim: int, log: str) -> int:
+    """A chunk's items in order; item ``victim`` SIGKILLs its own child (after a pause in
+    which its next chunk is handed ahead to it)."""
+    with open(log, "a") as out:  # O_APPEND: one whole line per call, whichever worker
+        out.write(f"{n}\n")
+    if n == victim:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.005)
+    return n
+
+
 def forever(n: int) -> int:
     time.sleep(60)
     return n
@@ -101,7 +113,7 @@ def test_small_inputs_fall_back_to_sequential_and_say_why() -> None:
     assert plan_chunks(5000, workers=1, est=0.01).mode == "sequential"
     shipping = plan_chunks(1_000_000, workers=2, est=3e-7, ship=1.5e-7)
     assert shipping.mode == "sequential"  # 0.30 s here, 0.15 s shipping + 0.15 s computing there
-    assert "≈ 300.0 ms here, ≈ 302.8 ms on 2 workers" in shipping.reason
+    assert "≈ 300.0 ms here, ≈ 303.8 ms on 2 workers" in shipping.reason
     assert "0.99× is less than the 1.5× that pays for processes" in shipping.reason
     heavy_payload = plan_chunks(100_000, workers=2, est=1e-4, ship=8e-5)
     assert heavy_payload.mode == "sequential"  # 50 µs saved per item, 80 µs spent shipping it
@@ -115,7 +127,12 @@ def test_shipping_is_charged_per_chunk_and_per_item_so_microsecond_items_in_bulk
     assert plan.mode == "processes"
     assert plan.chunksize * plan.est >= CHUNK_SHIP / AMORTISED  # the chunk cost is ≤ 2 % of the work
     assert plan.chunks * CHUNK_SHIP <= AMORTISED * plan.items * plan.est
-    assert plan.chunks % plan.workers == 0
+    sizes = [hi - lo for lo, hi in plan.bounds()]
+    assert (sum(sizes), len(sizes)) == (plan.items, plan.chunks)
+    assert sizes == sorted(sizes, reverse=True)  # full chunks, then a tail that shrinks ...
+    assert sizes[0] == plan.chunksize
+    assert sizes[-2] < plan.chunksize / 2  # ... so the workers reach the join together
+    assert f"(the last {sum(s < plan.chunksize for s in sizes)} smaller)" in plan.reason
     expected = plan.expected_seconds
     assert expected is not None
     assert expected == pytest.approx(2_000_000 * 1.2e-7 + plan.chunks * CHUNK_SHIP + 2_000_000 * 0.9e-6 / 2)
@@ -239,10 +256,49 @@ def test_a_crashing_item_loses_only_its_own_chunk(executor: ParallelExecutor) ->
     assert executor.map(uneven, range(100), chunksize=10) == [uneven(n) for n in range(100)]  # pool healed
 
 
+def _both_children_ready(ex: ParallelExecutor) -> None:
+    pool = ex._get_pool()
+    deadline = time.monotonic() + 30
+    while not (len(pool._children) == 2 and all(c.ready for c in pool._children)):
+        assert time.monotonic() < deadline, "the pool's children did not start"
+        time.sleep(0.01)
+
+
+def test_a_child_killed_mid_map_loses_its_chunk_only_and_the_chunk_handed_ahead_runs_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # Given: two children up; chunks of 10 items of ~5 ms, one chunk handed ahead to each
+    ex = ParallelExecutor(workers=2, name="sigkill")
+    log = tmp_path / "log"
+    try:
+        ex.map(uneven, range(100), chunksize=10)
+        _both_children_ready(ex)
+
+        # When: item 35 SIGKILLs its child while it holds the next chunk, not yet started
+        outcomes = ex.map(
+            die_at, range(120), chunksize=10, errors="return", kwargs={"victim": 35, "log": str(log)}
+        )
+
+        # Then: its chunk (30..39) is reported lost with the signal, every other item holds
+        # its own result, in order, and no item ran twice (36..39 never ran)
+        lost = [i for i, value in enumerate(outcomes) if isinstance(value, ChildCrashedError)]
+        assert lost == list(range(30, 40))
+        assert outcomes[35].signal_name == "SIGKILL"
+        assert [v for i, v in enumerate(outcomes) if i not in lost] == [
+            i for i in range(120) if i not in lost
+        ]
+        ran = [int(line) for line in log.read_text().splitlines()]
+        assert sorted(ran) == [i for i in range(120) if not 36 <= i <= 39]
+        assert ex.map(uneven, range(100), chunksize=10) == [uneven(n) for n in range(100)]  # healed
+    finally:
+        ex.close()
+
+
 def test_a_timeout_kills_the_children_still_computing_the_run() -> None:
     ex = ParallelExecutor(workers=2, name="slow")
     try:
         ex.map(uneven, range(100), chunksize=10)  # start the children
+        _both_children_ready(ex)  # (one still starting would compute nothing, and live on)
         before = set(ex._get_pool().pids())
         with pytest.raises(WorkTimeoutError, match="timed out"):
             ex.map(forever, range(4), chunksize=1, timeout=0.3)

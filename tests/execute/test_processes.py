@@ -16,6 +16,7 @@ import pytest
 
 from foundry import Foundry
 from foundry.errors import ChildCrashedError, SubmitError, WorkTimeoutError
+from foundry.execute.process_pool import ProcessPool
 from foundry.execute.processes import ProcessRunner
 from foundry.handle import Status
 from foundry.observe import names
@@ -235,3 +236,47 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(app: Foundry) ->
     with pytest.raises(WorkTimeoutError):
         unit.submit(30).result(timeout=20)
     assert app.metrics.value(names.CHILD_EXITS, unit="stubborn", code="-9") == 1  # SIGKILL
+
+
+def test_a_child_killed_while_holding_a_unit_handed_ahead_loses_only_the_unit_it_was_running(
+    tmp_path: Path,
+) -> None:
+    # Given: a pool that hands one unit ahead (parallel's chunks), both children up, and six
+    # units that wait at a gate: two running, one handed ahead to each child, two queued
+    log, gate = tmp_path / "log", tmp_path / "gate"
+    pool = ProcessPool(
+        "ahead", workloads.__name__, "log_and_wait_for", workers=2, max_pending=8, short=False, ahead=1
+    )
+    try:
+        pool.start(30)
+        wait_until(lambda: len(pool._children) == 2 and all(c.ready for c in pool._children), 30)
+        tasks = [pool.submit((i, str(log), str(gate)), {}) for i in range(6)]
+        by_number = {t.number: i for i, t in enumerate(tasks)}
+        wait_until(lambda: log.exists() and len(log.read_text().splitlines()) == 2)
+        with pool._lock:
+            held = {c.pid: [by_number[t.number] for t in c.inflight] for c in pool._children}
+        assert sorted(map(len, held.values())) == [2, 2], held  # one running, one ahead, each
+        assert sorted(i for units in held.values() for i in units) == [0, 1, 2, 3]
+        victim = next(pid for pid, units in held.items() if units[0] == 0)
+        running, ahead = held[victim]
+
+        # When: the child running unit 0 is killed with SIGKILL, then the gate opens
+        os.kill(victim, signal.SIGKILL)
+        assert tasks[running].wait(20)
+        gate.touch()
+        for task in tasks:
+            assert task.wait(20)
+
+        # Then: the unit it was running failed as crashed; the one handed ahead to it ran
+        # on another child; every other unit completed; none ran twice
+        crashed = tasks[running].outcome().error
+        assert isinstance(crashed, ChildCrashedError)
+        assert crashed.signal_name == "SIGKILL"
+        values = {i: t.outcome().value for i, t in enumerate(tasks) if i != running}
+        assert all(values[i][0] == i for i in values), values
+        assert values[ahead][1] != victim
+        started = [int(line.split()[0]) for line in log.read_text().splitlines()]
+        assert sorted(started) == list(range(6))  # each unit started exactly once
+    finally:
+        gate.touch()
+        pool.close()

@@ -129,3 +129,16 @@ def spin_sign(body: str, seconds: float) -> str:
     while time.perf_counter() < end:
         x = (x * 31 + 7) % 1_000_003
     return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def log_and_wait_for(n: int, log: str, gate: str) -> tuple[int, int]:
+    """Write ``"n pid"`` to ``log`` (one whole line per call, whichever child), then wait
+    (10 s at most) until the file ``gate`` exists; returns ``(n, pid)``."""
+    with open(log, "a") as out:
+        out.write(f"{n} {os.getpid()}\n")
+    deadline = time.monotonic() + 10
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never opened the gate")
+        time.sleep(0.005)
+    return n, os.getpid()

@@ -4,7 +4,8 @@ What it guarantees is the model's documentation (:mod:`foundry.execute.processes
 module is how it keeps it. Submitters pickle a unit's arguments and write them to an idle
 child's pipe themselves; a dispatcher thread of the pool's own starts the children (so
 their death signal follows a thread that lives as long as the pool), reads their
-answers, hands short units ahead to busy children, enforces timeouts by killing, and
+answers, hands short units ahead to busy children (or, for a pool made with ``ahead=``,
+that many units of any length: ``parallel``'s chunks), enforces timeouts by killing, and
 replaces the children that die — failing only the unit each was running. What a child
 runs is :mod:`foundry.execute._child`. ``parallel`` runs its chunks on this pool too.
 """
@@ -20,6 +21,7 @@ import multiprocessing.util  # its exit hook must be registered before any pool 
 import os
 import pickle
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -59,6 +61,7 @@ DEFAULT_BLOCK_TIMEOUT = 30.0
 AHEAD_MAX = 8  # units handed ahead to a busy child, at most
 AHEAD_BYTES = 32 * 1024  # ... and at most this many bytes of arguments (a pipe holds more)
 SHORT = 0.002  # a unit is "short" (may be handed ahead) below this many seconds
+AHEAD_BUFFER = 1 << 20  # bytes of socket buffer asked for a child's pipe in a pool with ``ahead=``
 BOOT_RETRIES = 3  # replacements in a row that die while starting before the pool gives up
 BOOT_TIMEOUT = 120.0  # seconds a child may take to start (import the main script and the function)
 WARM_TIMEOUT = 30.0  # seconds ``warm()`` waits for the first child of a pool started ahead of use
@@ -109,6 +112,7 @@ class _Child:
     head_since: float = 0.0  # when the first unit of ``inflight`` started
     handed: int = 0  # units handed in its lifetime
     ahead_bytes: int = 0
+    ahead_room: int = 0  # bytes of units that may wait in its pipe (``ahead=`` pools), never blocking
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     outbox: list[ProcTask] = field(default_factory=list)  # assigned, not yet written to its pipe
     kill_reason: str | None = None  # "timeout", "cancelled", "recycled", "closing"
@@ -133,9 +137,19 @@ class ProcessPool:
         max_tasks_per_child: int | None = None,
         timeout: float | None = None,
         short: bool | None = None,
+        ahead: int = 0,
         registry: Registry | None = None,
         errors: ErrorTypes | None = None,
     ) -> None:
+        """``short``: whether units are short enough to hand a few ahead to a busy child
+        (``None``: measure). ``ahead``: hand this many units ahead to every busy child
+        whatever their length, so that a child finds its next unit in its pipe when it
+        answers the last (no round trip through the parent between two units); each
+        such unit is written only when it fits in the pipe's buffer (a write to a busy
+        child must never block), and never when units have a timeout. A unit handed
+        ahead is not running: the death of its child puts it back at the front of the
+        queue, and cancelling it drops it in the child (unless the child reached it in
+        the same instant: it then runs, its result discarded)."""
         self.name = name
         self.module = module
         self.qualname = qualname
@@ -167,6 +181,7 @@ class ProcessPool:
         self._cpu = 0.0
         self._started = threading.Event()  # a child said "ready", or the pool gave up
         self._ahead_ok = short is not False and timeout is None
+        self._ahead = ahead if timeout is None else 0
         self._served = False  # a child of this pool has started (sent "ready") at least once
         self._boot_failures = 0  # children in a row that died while starting
         self._respawn_at = 0.0  # monotonic time before which no child is started (back-off)
@@ -366,11 +381,27 @@ class ProcessPool:
                     and self._take(child, min(room, share), now, ahead=True)
                 ):
                     out.append(child)
+        # Every ready child is busy now (the idle ones took one above); while one is still
+        # starting, what waits is kept for it rather than queued behind a busy child.
+        if pending and self._ahead and len(ready) == len(self._children):
+            for child in ready:
+                if not pending:
+                    break
+                room = self._ahead + 1 - len(child.inflight)
+                if (
+                    child.inflight
+                    and room > 0
+                    and self._take(child, room, now, ahead=True, budget=child.ahead_room - child.ahead_bytes)
+                ):
+                    out.append(child)
         return out
 
-    def _take(self, child: _Child, count: int, now: float, ahead: bool = False) -> int:
-        """Under the lock: move up to ``count`` pending units to ``child``. Units with a
-        timeout are never handed ahead (their clock must start when they start)."""
+    def _take(
+        self, child: _Child, count: int, now: float, ahead: bool = False, budget: int | None = None
+    ) -> int:
+        """Under the lock: move up to ``count`` pending units to ``child``, handed ahead
+        only while their payloads fit in ``budget`` bytes. Units with a timeout are never
+        handed ahead (their clock must start when they start)."""
         batch: list[ProcTask] = []
         limit = self.max_tasks_per_child
         while self._pending and len(batch) < count:
@@ -382,6 +413,10 @@ class ProcessPool:
                 continue
             if ahead and task.timeout is not None:
                 break
+            if budget is not None:
+                if task.size > budget:
+                    break
+                budget -= task.size
             self._pending.popleft()
             self._depth -= 1
             ahead = bool(child.inflight)
@@ -444,7 +479,10 @@ class ProcessPool:
         process.start()
         child_end.close()
         life_read.close()
-        return _Child(process, parent_end, life_write, time.monotonic(), pid=process.pid or 0)
+        child = _Child(process, parent_end, life_write, time.monotonic(), pid=process.pid or 0)
+        if self._ahead:
+            child.ahead_room = _widen(parent_end) // 4
+        return child
 
     def _dispatch(self) -> None:
         try:
@@ -820,6 +858,27 @@ class ProcessPool:
         self.metrics.close()
         self.gauges.close()
         forget(self)
+
+
+def _widen(conn: mpc.Connection) -> int:
+    """Ask for :data:`AHEAD_BUFFER` bytes of send buffer on the parent's end of a child's
+    pipe (a socket pair; the kernel caps the request at ``net.core.wmem_max``) and return
+    what it granted. A quarter of it is what may wait in the pipe for a busy child: two
+    units handed ahead (one the child is about to read, the next) fit with room to spare,
+    so those writes never block the parent, whatever the child is doing."""
+    fd = os.dup(conn.fileno())
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # not a socket (no pipe buffer to rely on): nothing is handed ahead
+        os.close(fd)
+        return 0
+    with sock:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, AHEAD_BUFFER)
+        try:
+            return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        except OSError:
+            return 0
 
 
 def _how(code: int | None) -> str:

@@ -25,7 +25,10 @@ How it runs:
   cannot hold the join for long: load imbalance is bounded by one chunk).
 - **Map**: chunks go to the ``processes`` model's crash-contained pool (a child that
   dies loses its chunk only; children die with the parent), at most two per
-  worker in flight, so memory stays bounded; each chunk is pickled in the caller, so an
+  worker in flight, so memory stays bounded — the one it computes and the next, handed
+  ahead into its pipe (it never waits a round trip between two chunks; a chunk handed
+  ahead to a child that dies had not started, and runs on another); the last chunks of
+  an automatic plan are smaller, so the workers finish together; each chunk is pickled in the caller, so an
   item that cannot be sent fails with :class:`~foundry.errors.SubmitError` naming its index.
   With ``cluster=`` (``tcp://scheduler:8786`` for Dask, ``ray://head:10001`` for Ray;
   :mod:`foundry.backends.cluster`) the same chunks go to that cluster's workers instead,

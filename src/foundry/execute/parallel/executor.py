@@ -51,6 +51,7 @@ PROBE_MAX_ITEMS = 256
 PROBE_TRIM = 0.05  # the share of the probe's slowest items left out of its mean
 SEQUENTIAL_BATCH = 4096
 IN_FLIGHT_PER_WORKER = 2
+AHEAD = 1  # chunks handed to a busy child behind the one it computes (IN_FLIGHT_PER_WORKER - 1)
 SHIP_REPEATS = 3
 
 
@@ -119,6 +120,7 @@ class ParallelExecutor:
         name: str = "parallel",
         metrics: Registry | None = None,
         cluster: str | None = None,
+        ahead: int = AHEAD,
     ) -> None:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise SubmitError(f"parallel {name!r}: workers={workers!r} must be an integer ≥ 1, or None")
@@ -144,6 +146,7 @@ class ParallelExecutor:
             "Chunks lost as a whole (their worker died, or the cluster went away)",
             ("unit", "engine"),
         )
+        self._ahead = ahead  # chunks handed ahead to a busy child (0: main's dispatch, for A/B runs)
         self._pool: ProcessPool | None = None
         self._lock = threading.Lock()
         self.plans: deque[ChunkPlan] = deque(maxlen=32)
@@ -188,7 +191,8 @@ class ParallelExecutor:
                     run_chunk.__qualname__,
                     workers=self.workers,
                     max_pending=self.workers * IN_FLIGHT_PER_WORKER,
-                    short=False,  # never hand chunks ahead: cancellation stays exact
+                    short=False,
+                    ahead=self._ahead,  # each child finds its next chunk in its pipe when it answers one
                     registry=self.metrics,
                 )
             return self._pool
@@ -362,7 +366,7 @@ class ParallelExecutor:
                 f"worker processes ({exc}). Fix: define it at module level (not a lambda or a closure)"
             ) from exc
         send = self._sender(fn, kw)
-        bounds = [(s, min(s + plan.chunksize, len(data))) for s in range(start, len(data), plan.chunksize)]
+        bounds = plan.bounds(start)
         pending: dict[Task | ChunkCall, tuple[int, int, int]] = {}
         finished: deque[Task | ChunkCall] = deque()
         arrived = threading.Event()

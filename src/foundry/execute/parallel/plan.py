@@ -27,7 +27,15 @@ from typing import Literal
 
 from foundry.errors import SubmitError
 
-__all__ = ["CHUNK_SHIP", "DEFAULT_THRESHOLD", "MIN_WORK", "PIPE_BYTE_SECONDS", "ChunkPlan", "plan_chunks"]
+__all__ = [
+    "CHUNK_SHIP",
+    "DEFAULT_THRESHOLD",
+    "MIN_WORK",
+    "PIPE_BYTE_SECONDS",
+    "ChunkPlan",
+    "chunk_bounds",
+    "plan_chunks",
+]
 
 DEFAULT_THRESHOLD = 64
 """Inputs with fewer items run sequentially in the caller."""
@@ -47,6 +55,15 @@ AMORTISED = 0.02
 MAX_CHUNK_SECONDS = 0.025
 """At most this much work a chunk: the last round leaves a worker idle for half a chunk on
 average, and a descheduled worker holds the join for one chunk."""
+TAPER = 2
+"""The last chunks of an automatic plan shrink (guided self-scheduling): each carries the
+items left ÷ (``TAPER`` × workers), between the full size and :data:`SMALLEST_TAIL` of
+it, so the workers reach the join together. A chunk handed ahead to a busy worker waits
+behind that worker's current one even when another worker is free: at the end of a run
+that wait is a small chunk's, not a full one's."""
+SMALLEST_TAIL = 0.25
+"""The smallest tail chunk, as a share of the full size (6 ms of work for 25 ms chunks:
+a handful more chunks a run, ≈ 200 µs each)."""
 MIN_SPEEDUP = 1.5
 """Processes must be expected this many times faster than the loop. The model is
 optimistic on a shared machine (it cannot see the other jobs on the cores): in one run of
@@ -73,6 +90,12 @@ class ChunkPlan:
     probed: int = 0  # items run in the caller to measure ``est`` (their results are kept)
     ship: float | None = None  # measured seconds to serialise one item and its result, both ways
     engine: str = "local"  # where the chunks are computed: "local" processes, "dask", "ray"
+    taper: bool = False  # the last chunks shrink (automatic plans; an explicit chunksize is kept)
+
+    def bounds(self, start: int = 0) -> list[tuple[int, int]]:
+        """The chunks as ``(lo, hi)`` index ranges, the first at ``start`` (the items
+        probed in the caller come before it)."""
+        return chunk_bounds(self.items, self.chunksize, self.workers if self.taper else 0, start)
 
     @property
     def expected_seconds(self) -> float | None:
@@ -86,6 +109,20 @@ class ChunkPlan:
     @property
     def note(self) -> str:
         return self.reason if self.mode == "sequential" else f"parallel: {self.reason}"
+
+
+def chunk_bounds(items: int, size: int, workers: int = 0, start: int = 0) -> list[tuple[int, int]]:
+    """``items`` cut into chunks of ``size``, as ``(lo, hi)`` ranges from ``start``; with
+    ``workers`` the last ones taper (:data:`TAPER`, down to :data:`SMALLEST_TAIL` of
+    ``size``), else only the last one may be short."""
+    stop, lo = start + items, start
+    least = max(1, int(size * SMALLEST_TAIL))
+    out: list[tuple[int, int]] = []
+    while lo < stop:
+        step = size if not workers else min(size, max(least, math.ceil((stop - lo) / (TAPER * workers))))
+        out.append((lo, min(stop, lo + step)))
+        lo += step
+    return out
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -152,10 +189,14 @@ def plan_chunks(
             f"fell back to sequential: {items} items × {_fmt_seconds(est)} ≈ {_fmt_seconds(items * est)} "
             f"of work < {_fmt_seconds(min_work)}, less than shipping it to processes costs"
         )
-    size, chunks = _chunking(items, workers, est)
+    size = _chunk_size(items, workers, est)
+    bounds = chunk_bounds(items, size, workers)
+    smaller = sum(1 for lo, hi in bounds if hi - lo < size)
+    tail = f" (the last {smaller} smaller)" if smaller > 1 else ""
+    chunks = len(bounds)
     if est is None:
-        reason = f"{chunks} chunks of {size} items over {workers} workers"
-        return ChunkPlan(items, workers, "processes", size, chunks, est, reason, probed, ship)
+        reason = f"{chunks} chunks of {size} items{tail} over {workers} workers"
+        return ChunkPlan(items, workers, "processes", size, chunks, est, reason, probed, ship, taper=True)
     here = items * est
     there = parallel_seconds(items, workers, est, ship, chunks)
     speedup = here / there
@@ -177,18 +218,19 @@ def plan_chunks(
         size,
         chunks,
         est,
-        f"{chunks} chunks of {size} items ≈ {_fmt_seconds(size * est)} each over {workers} workers, "
+        f"{chunks} chunks of {size} items{tail} ≈ {_fmt_seconds(size * est)} each over {workers} workers, "
         f"≈ {speedup:.1f}× the loop ({shipping})",
         probed,
         ship,
+        taper=True,
     )
 
 
-def _chunking(items: int, workers: int, est: float | None) -> tuple[int, int]:
+def _chunk_size(items: int, workers: int, est: float | None) -> int:
     """About :data:`CHUNKS_PER_WORKER` chunks per worker (a slow chunk holds the join for
     one small chunk at most), each carrying between ``CHUNK_SHIP / AMORTISED`` and
-    :data:`MAX_CHUNK_SECONDS` of work, in a multiple of the workers (no last round
-    with idle workers). Returns the chunk size and the number of chunks."""
+    :data:`MAX_CHUNK_SECONDS` of work, evened out to a multiple of the workers (the
+    tapered tail, :func:`chunk_bounds`, then lets them finish together)."""
     size = math.ceil(items / (workers * CHUNKS_PER_WORKER))
     if est is not None and est > 0:
         low = math.ceil(CHUNK_SHIP / AMORTISED / est)
@@ -196,8 +238,7 @@ def _chunking(items: int, workers: int, est: float | None) -> tuple[int, int]:
         size = min(max(size, low), high)
     size = max(1, size)
     chunks = math.ceil(items / size)
-    if chunks > workers and chunks % workers:  # a last round with idle workers: even it out
+    if chunks > workers and chunks % workers:
         chunks += workers - chunks % workers
         size = max(1, math.ceil(items / chunks))
-        chunks = math.ceil(items / size)
-    return size, chunks
+    return size
