@@ -51,6 +51,13 @@ _RECORD = (
     "FROM {wf} WHERE id = ? AND token = ? AND cancel_requested = 0 "
     f"{ON_CONFLICT}"
 )
+# The same statement for the entry almost every step records — no error, timer, ref or
+# detail — with those four NULLs written into the SQL: sqlite3 binds a None (and any value
+# but an exact int, float or str) only after failed lookups of an adapter, whose
+# AttributeErrors cost more than the rest of the statement's binding.
+_RECORD_DONE = _RECORD.replace(
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", "SELECT ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, NULL, NULL, NULL"
+)
 
 
 class SqliteJournal(SqlJournal):
@@ -123,7 +130,27 @@ class SqliteJournal(SqlJournal):
             conn.text_factory = _TEXT
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
-        if self._write(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token)):
+        e = entry
+        if e.error is None and e.wake_at is None and e.ref is None and e.detail is None:
+            written = self._write(
+                _RECORD_DONE,
+                (
+                    workflow_id,
+                    e.position,
+                    str(e.kind),
+                    e.name,
+                    str(e.status),
+                    e.result,
+                    e.attempts,
+                    e.started_at,
+                    e.finished_at,
+                    workflow_id,
+                    token,
+                ),
+            )
+        else:
+            written = self._write(_RECORD, (*entry_params(workflow_id, e), workflow_id, token))
+        if written:
             return Recorded(entry, written=True, cancel_requested=False)
         return super().record(workflow_id, token, entry)
 
