@@ -130,26 +130,11 @@ class SqliteJournal(SqlJournal):
             conn.text_factory = _TEXT
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
-        e = entry
-        if e.error is None and e.wake_at is None and e.ref is None and e.detail is None:
-            written = self._write(
-                _RECORD_DONE,
-                (
-                    workflow_id,
-                    e.position,
-                    str(e.kind),
-                    e.name,
-                    str(e.status),
-                    e.result,
-                    e.attempts,
-                    e.started_at,
-                    e.finished_at,
-                    workflow_id,
-                    token,
-                ),
-            )
+        p = entry_params(workflow_id, entry)
+        if p[6] is None and p[10] is None and p[11] is None and p[12] is None:  # error, wake_at, ref, detail
+            written = self._write(_RECORD_DONE, (*p[:6], *p[7:10], workflow_id, token))
         else:
-            written = self._write(_RECORD, (*entry_params(workflow_id, e), workflow_id, token))
+            written = self._write(_RECORD, (*p, workflow_id, token))
         if written:
             return Recorded(entry, written=True, cancel_requested=False)
         return super().record(workflow_id, token, entry)
