@@ -56,7 +56,7 @@ class Codec:
             raise SubmitError(f"unknown codec {name!r}. Fix: use 'json' (default) or 'pickle'")
         self.name: CodecName = name
 
-    def encode(self, value: Any, *, unit: str = "?", what: str = "arguments") -> bytes:
+    def encode(self, value: Any, *, unit: str = "?", what: object = "arguments") -> bytes:
         if self.name == "pickle":
             try:
                 return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)

@@ -60,6 +60,32 @@ def test_start_without_owner_is_pending_and_claimable(journal: JournalBackend) -
     assert journal.claim("w2", lease=LEASE) == []
 
 
+def test_record_stores_every_field_as_given(journal: JournalBackend) -> None:
+    # (an engine may write the common entry — no error, timer, ref or detail — with a
+    # statement of its own: each shape must come back field for field)
+    wid, token = started(journal)
+    entries = [
+        ok(0),
+        Entry(1, "step", "s", "ok", result=None, attempts=2, started_at=1.5, finished_at=2.5, ref=0),
+        Entry(2, "step", "s", "error", error=b'{"type": "X"}', attempts=1, started_at=1.0, finished_at=2.0),
+        Entry(3, "step", "s", "ok", result=b'"a"', attempts=1, started_at=1.0, finished_at=2.0, detail="d"),
+        waiting(4, wake_at=9.0, detail="5s"),
+    ]
+    for entry in entries:
+        rec = journal.record(wid, token, entry)
+        assert rec.written
+        assert rec.entry == entry
+    # a waiting entry resolved by an entry with none of those fields clears them
+    resolved = ok(4, name="sleep", kind="sleep", result=b"null")
+    assert journal.record(wid, token, resolved).written
+    _, loaded = journal.load(wid)
+    assert loaded == [*entries[:4], resolved]
+    # and a final entry is never replaced
+    rec = journal.record(wid, token, ok(0, result=b"2"))
+    assert not rec.written
+    assert rec.entry == entries[0]
+
+
 def test_lease_expiry_hands_the_workflow_over_and_fences_the_old_run(
     journal: JournalBackend, clock: ManualClock
 ) -> None:

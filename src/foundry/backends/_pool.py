@@ -43,7 +43,11 @@ class Pool(Generic[C]):
         self._open = 0
         self._closed = False
         self._waiting = 0  # callers inside acquire's wait (a release wakes one only then)
-        self._cond = threading.Condition()
+        # held as the plain lock (a C context manager; a Condition's own __enter__ and
+        # __exit__ are Python calls, four of them per acquire and release), waited on as
+        # the condition over it
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
 
     @contextmanager
     def connection(self) -> Iterator[C]:
@@ -58,7 +62,7 @@ class Pool(Generic[C]):
 
     def acquire(self) -> C:
         """A connection for this thread's exclusive use until :meth:`release`."""
-        with self._cond:
+        with self._lock:
             if self._idle and not self._closed:  # the common case: an idle one, no waiting
                 return self._idle.pop()
             self._waiting += 1
@@ -81,7 +85,7 @@ class Pool(Generic[C]):
         try:
             return self._connect()
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._open -= 1
                 self._cond.notify()
             raise
@@ -90,7 +94,7 @@ class Pool(Generic[C]):
         """Return a connection; with ``check``, one that ``broken`` condemns is closed,
         and so are the idle ones (see the class docstring)."""
         broken = check and self._broken(conn)
-        with self._cond:
+        with self._lock:
             if not broken and not self._closed:
                 self._idle.append(conn)
                 if self._waiting:
@@ -108,12 +112,12 @@ class Pool(Generic[C]):
         try:
             self._close(conn)
         finally:
-            with self._cond:
+            with self._lock:
                 self._open -= 1
                 self._cond.notify()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
             self._cond.notify_all()

@@ -165,9 +165,10 @@ class Payloads:
         where, conv = self._conv_of(index, name)
         return conv.load(data, where)
 
-    def dump_result(self, value: Any, *, what: str = "the result") -> Any:
+    def dump_result(self, value: Any, *, what: object = "the result") -> Any:
         """The unit's return value checked against its return annotation, as JSON data.
-        Raises :class:`SubmitError` (the job fails, and is not retried)."""
+        Raises :class:`SubmitError` (the job fails, and is not retried). ``what`` names the
+        value in that error (any object: it is formatted only when the error is raised)."""
         self._compile()
         if self.plain_result:
             return value
@@ -205,8 +206,9 @@ class Payloads:
             raise self._refused(what, "the arguments", "they are nested too deep") from None
         return out_args, out_kwargs
 
-    def load_result(self, data: Any, *, what: str) -> Any:
-        """A stored result rebuilt by the unit's return annotation (:class:`RecordError`)."""
+    def load_result(self, data: Any, *, what: object) -> Any:
+        """A stored result rebuilt by the unit's return annotation (:class:`RecordError`,
+        naming it by ``what``: formatted only then)."""
         self._compile()
         if self.plain_result:
             return data
@@ -218,7 +220,7 @@ class Payloads:
         except RecursionError:
             raise self._refused(what, "its return value", "it is nested too deep") from None
 
-    def _refused(self, what: str, where: str, reason: str) -> RecordError:
+    def _refused(self, what: object, where: str, reason: str) -> RecordError:
         if len(where) > 200:
             where = f"{where[:120]}…{where[-60:]}"
         return RecordError(

@@ -168,12 +168,15 @@ ADDED_COLUMNS = (
 
 
 def entry_params(workflow_id: str, e: Entry) -> tuple[Any, ...]:
+    # ``kind`` and ``status`` as plain strings (the same text): sqlite3 binds a str subclass
+    # such as EntryKind only after looking for an adapter, a protocol and ``__conform__``,
+    # failed attribute lookups whose AttributeErrors cost more than the rest of the bind
     return (
         workflow_id,
         e.position,
-        e.kind,
+        str(e.kind),
         e.name,
-        e.status,
+        str(e.status),
         e.result,
         e.error,
         e.attempts,

@@ -170,7 +170,7 @@ class EntryStatus(StrEnum):
     WAITING = "waiting"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One durable call of a workflow, at ``position``.
 
@@ -178,6 +178,11 @@ class Entry:
     :func:`foundry.serialize.encode_error`. ``attempts`` counts executions of the step's
     code in the run(s) that produced this entry; ``wake_at`` is the timer of a waiting
     entry (the sleep's end, a signal wait's deadline, a retry's next attempt).
+
+    A value: nothing changes an entry once it is made (a new state of a position is a new
+    entry). It is not a frozen dataclass only because one is made for every step and
+    every row read, and a frozen one sets each of its twelve fields through
+    ``object.__setattr__`` — a tenth of the instructions of a no-op step.
     """
 
     position: int
@@ -277,8 +282,11 @@ class Started:
     claim: Claim | None  # set when created with an owner
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Recorded:
+    """What :meth:`JournalBackend.record` did (a value, made once per step: not frozen,
+    like :class:`Entry`)."""
+
     entry: Entry  # the entry now stored at that position
     written: bool  # False: an earlier final entry won and is returned instead
     cancel_requested: bool

@@ -51,6 +51,13 @@ _RECORD = (
     "FROM {wf} WHERE id = ? AND token = ? AND cancel_requested = 0 "
     f"{ON_CONFLICT}"
 )
+# The same statement for the entry almost every step records — no error, timer, ref or
+# detail — with those four NULLs written into the SQL: sqlite3 binds a None (and any value
+# but an exact int, float or str) only after failed lookups of an adapter, whose
+# AttributeErrors cost more than the rest of the statement's binding.
+_RECORD_DONE = _RECORD.replace(
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?", "SELECT ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, NULL, NULL, NULL"
+)
 
 
 class SqliteJournal(SqlJournal):
@@ -123,7 +130,12 @@ class SqliteJournal(SqlJournal):
             conn.text_factory = _TEXT
 
     def record(self, workflow_id: str, token: int, entry: Entry) -> Recorded:
-        if self._write(_RECORD, (*entry_params(workflow_id, entry), workflow_id, token)):
+        p = entry_params(workflow_id, entry)
+        if p[6] is None and p[10] is None and p[11] is None and p[12] is None:  # error, wake_at, ref, detail
+            written = self._write(_RECORD_DONE, (*p[:6], *p[7:10], workflow_id, token))
+        else:
+            written = self._write(_RECORD, (*p, workflow_id, token))
+        if written:
             return Recorded(entry, written=True, cancel_requested=False)
         return super().record(workflow_id, token, entry)
 

@@ -30,6 +30,14 @@ __all__ = ["AsyncWorkflowContext", "WorkflowContext"]
 
 BackoffLike = float | str | Callable[[int], float] | Backoff
 
+# The defaults of a step's options, named so that ``WorkflowContext.step`` can tell by
+# identity that none was given (that step takes the lean path, ``Run.plain_step``).
+_RETRIES = 0
+_BACKOFF = 1.0
+_MAX_BACKOFF = 300.0
+_ANY_ERROR: tuple[type[BaseException], ...] = (Exception,)
+_UNDO_RETRIES = 3
+
 
 class _Context:
     """What both contexts share: identity, queries of the run, versioning, published
@@ -154,13 +162,13 @@ class WorkflowContext(_Context):
         fn: Callable[..., Any],
         *args: Any,
         name: str | None = None,
-        retries: int = 0,
-        backoff: BackoffLike = 1.0,
-        max_backoff: float = 300.0,
+        retries: int = _RETRIES,
+        backoff: BackoffLike = _BACKOFF,
+        max_backoff: float = _MAX_BACKOFF,
         timeout: float | str | None = None,
-        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        retry_on: tuple[type[BaseException], ...] = _ANY_ERROR,
         undo: Callable[..., Any] | None = None,
-        undo_retries: int = 3,
+        undo_retries: int = _UNDO_RETRIES,
         transactional: bool = False,
     ) -> Any:
         """Run ``fn(*args)`` once for this workflow and return its (journaled) result.
@@ -178,6 +186,18 @@ class WorkflowContext(_Context):
         called ``undo(tx, result)`` the same way. Every other step is at-least-once: a
         crash after its code ran and before its record committed runs it again.
         """
+        if (
+            retries is _RETRIES
+            and timeout is None
+            and undo is None
+            and transactional is False
+            and retry_on is _ANY_ERROR
+            and backoff is _BACKOFF
+            and max_backoff is _MAX_BACKOFF
+            and undo_retries is _UNDO_RETRIES
+            and callable(fn)
+        ):  # no option given: the lean path, the same journal entries (Run.plain_step)
+            return self._run.plain_step(fn, args, name)
         call = _step_call(
             self,
             fn,

@@ -38,6 +38,7 @@ from foundry.deliver.workflow._plan import (
     _Release,
     _SetAside,
     _Suspend,
+    drive,
     invoke_sync,
     is_async_fn,
     name_of,
@@ -74,6 +75,7 @@ MISSING: Any = object()
 # type: a step that just recorded one returns it as it is, as its replay would.
 _SCALARS = frozenset({int, float, str, bool, type(None)})
 _UNDO_BACKOFF_CAP = 60.0
+_LEAN_CACHE = 64  # the step functions a run remembers the name and types of (plain_step)
 
 
 @dataclass(slots=True)
@@ -116,6 +118,8 @@ class Run:
         self.beat_lock = threading.Lock()
         self.current: tuple[str | None, float | None] = (None, None)
         self.tracer = None if replay_only else rt.tracing.tracer()  # None: this run is not traced
+        # (step function, name=) -> (step name, result types; None: general path), plain_step's
+        self.lean_steps: dict[tuple[Callable[..., Any], str | None], tuple[str, Payloads | None]] = {}
 
     def load(self, entries: list[Entry]) -> None:
         self.history = {e.position: e for e in entries}
@@ -131,7 +135,7 @@ class Run:
         if self.replay_only:
             raise AssertionError(f"{self.where(self.pos)}: a replay must not touch the journal")
         try:
-            return self.rt.ride_outage(lambda: method(*args, **kwargs))
+            return self.rt.ride_outage(functools.partial(method, *args, **kwargs))
         except LeaseLostError as exc:
             self.lost = True
             raise _Lost(str(exc)) from exc
@@ -252,14 +256,13 @@ class Run:
         if types is None:
             return value
         return types.load_result(
-            value, what=f"the journal's {entry.kind} {entry.name!r} ({self.where(entry.position)})"
+            value, what=_Label("the journal's ", entry.kind, entry.name, self, entry.position)
         )
 
     @staticmethod
     def step_types(call: StepCall) -> Payloads:
         """The annotations of a step's code (a unit's function, or the plain function)."""
-        fn = getattr(call.fn, "fn", call.fn)
-        return payloads_for(call.name, fn if callable(fn) else call.fn)
+        return _types_of(call.fn, call.name)
 
     def step_errors(self, call: StepCall) -> ErrorTypes:
         """The allow-list for a step's errors: the workflow's, plus the step's own (a unit's
@@ -283,10 +286,11 @@ class Run:
         rebuilt.__cause__ = exc
         return rebuilt
 
-    def encode(self, value: Any, what: str, types: Payloads | None = None) -> bytes:
+    def encode(self, value: Any, what: object, types: Payloads | None = None) -> bytes:
         """Encode a value for the journal (by ``types``' return annotation, when given); a
         value it cannot carry (not JSON, not of the declared type, or larger than the
-        workflow's ``max_payload``) is a clear SubmitError."""
+        workflow's ``max_payload``) is a clear SubmitError naming it by ``what`` (a string,
+        or a :class:`_Label`)."""
         if types is not None:
             value = types.dump_result(value, what=what)
         try:
@@ -302,7 +306,7 @@ class Run:
         if len(data) > limit:
             raise too_large(
                 f"workflow {self.claim.name!r}",
-                what,
+                str(what),
                 len(data),
                 limit,
                 stored="it was not journaled",
@@ -381,6 +385,74 @@ class Run:
         value = yield from self.step_body(pos, entry, call)
         self.remember(pos, call, value)
         return value
+
+    def plain_step(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str | None) -> Any:
+        """``wf.step(fn, *args, name=name)`` with every other option at its default, in a
+        ``def`` workflow: what :meth:`step` and :meth:`_attempts` do for a new step of that
+        kind — the same checks, the same entry committed before it returns, the same
+        metrics — in this frame, without the plan's generators, the ``Invoke``, or the
+        labels of error messages that are not raised. An ``async def`` step, a traced run,
+        a workflow deadline (it bounds the attempt) and an entry already at the position
+        (a replay, or an attempt an earlier run left waiting) take the general path."""
+        try:
+            known = self.lean_steps.get((fn, name))
+        except TypeError:  # an unhashable callable: nothing to remember it by
+            known = (name or name_of(fn), None)
+        if known is None:
+            known = self._lean_step(fn, name)
+        step, types = known
+        if types is None or self.tracer is not None or self.deadline is not None:
+            return drive(self.step(StepCall(fn, args, step)), self.rt)
+        pos, entry = self.next(EntryKind.STEP, step)
+        if entry is not None:
+            return drive(self.step_body(pos, entry, StepCall(fn, args, step)), self.rt)
+        clock = self.rt.clock
+        started = clock.time()
+        self.current = (step, started)
+        failure: Exception | None = None
+        try:
+            value = fn(*args)
+            label = _Label("the result of ", EntryKind.STEP, step, self, pos)
+            value = types.dump_result(value, what=label)
+            data = self.encode(value, label)
+        except Exception as exc:
+            failure = exc
+        finally:
+            self.current = (None, None)
+        if failure is not None:  # no retries: the first failure is final
+            record = self._fail(pos, step, 1, started, failure, None)
+            if isinstance(failure, SubmitError):  # an unserializable result: raised as it is
+                raise failure
+            replayed = self._as_replayed(failure, record, self.step_errors(StepCall(fn, args, step)))
+            if replayed is failure:
+                raise failure
+            raise replayed from failure
+        stored = self.record(
+            Entry(
+                pos,
+                EntryKind.STEP,
+                step,
+                EntryStatus.OK,
+                result=data,
+                attempts=1,
+                started_at=started,
+                finished_at=clock.time(),
+            )
+        )
+        self.rt.count_step(self.claim.name, "completed")
+        if stored.result is data and type(value) in _SCALARS:
+            return self.rebuilt(stored, value, types)  # what a replay decodes from data
+        return self.replay(stored, None, types)
+
+    def _lean_step(self, fn: Callable[..., Any], name: str | None) -> tuple[str, Payloads | None]:
+        """The step name and result types of ``fn`` for :meth:`plain_step` (``None``
+        types: an ``async def`` step, which takes the general path), remembered for the
+        run — for a few dozen functions, not for a fresh lambda at every step."""
+        step = name or name_of(fn)
+        known = (step, None if is_async_fn(fn) else _types_of(fn, step))
+        if len(self.lean_steps) < _LEAN_CACHE:
+            self.lean_steps[(fn, name)] = known
+        return known
 
     def step_body(
         self, pos: int, entry: Entry | None, call: StepCall, *, branch: bool = False, ref: int | None = None
@@ -1055,6 +1127,33 @@ class Run:
             ref=done.position,
             detail="transactional" if done.transactional else None,
         )
+
+
+def _types_of(fn: Callable[..., Any], name: str) -> Payloads:
+    """The annotations of a step's code ``fn`` (a unit's function, or the plain function)."""
+    code = getattr(fn, "fn", fn)
+    return payloads_for(name, code if callable(code) else fn)
+
+
+class _Label:
+    """``the result of step 'name' (workflow … at position n)``: the words an error about a
+    value names it by, written out only when an error message is (most steps raise none,
+    and two f-strings per step are a share of a no-op step)."""
+
+    __slots__ = ("kind", "lead", "name", "pos", "run")
+
+    def __init__(self, lead: str, kind: str, name: str, run: Run, pos: int) -> None:
+        self.lead = lead
+        self.kind = kind
+        self.name = name
+        self.run = run
+        self.pos = pos
+
+    def __str__(self) -> str:
+        return f"{self.lead}{self.kind} {self.name!r} ({self.run.where(self.pos)})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def _status_of(failure: BaseException) -> WorkflowStatus:
