@@ -29,6 +29,7 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 
+from foundry.backends._nats import client_options
 from foundry.backends._urls import ShowsUrl
 from foundry.backends.idempotency.base import (
     DEFAULT_MAX_AGE,
@@ -142,23 +143,7 @@ class NatsIdempotencyStore(ShowsUrl):
 
     async def _connect(self) -> None:
         if self._nc is None or self._nc.is_closed:
-
-            async def quiet(*_: Any) -> None:
-                return None
-
-            self._nc = await asyncio.wait_for(
-                nats.connect(
-                    servers=self._servers,
-                    connect_timeout=2,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.25,
-                    error_cb=quiet,
-                    disconnected_cb=quiet,
-                    reconnected_cb=quiet,
-                    closed_cb=quiet,
-                ),
-                self._timeout,
-            )
+            self._nc = await asyncio.wait_for(nats.connect(**client_options(self._servers)), self._timeout)
         js = self._nc.jetstream(timeout=self._timeout)
         try:
             self._kv = await js.key_value(self.bucket)

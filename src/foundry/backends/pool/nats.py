@@ -71,6 +71,7 @@ from urllib.parse import parse_qsl, urlsplit
 import nats
 import nats.errors
 
+from foundry.backends._nats import client_options
 from foundry.backends.pool._common import (
     BOUNCE,
     QUEUED,
@@ -208,21 +209,8 @@ class _LoopThread:
 
 
 async def connect(servers: list[str], shown: str) -> Any:
-    async def quiet(*_: Any) -> None:
-        return None
-
     try:
-        return await nats.connect(
-            servers=servers,
-            connect_timeout=2,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            allow_reconnect=True,
-            error_cb=quiet,
-            disconnected_cb=quiet,
-            reconnected_cb=quiet,
-            closed_cb=quiet,
-        )
+        return await nats.connect(**client_options(servers))
     except (nats.errors.Error, OSError, TimeoutError) as exc:
         raise BackendUnavailableError(
             f"cannot reach NATS at {shown} ({type(exc).__name__}: {exc}). Fix: start nats-server, or point "

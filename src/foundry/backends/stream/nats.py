@@ -68,6 +68,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from foundry.backends._nats import client_options
 from foundry.backends._urls import ShowsUrl
 from foundry.backends.stream._common import (
     CheckedRead,
@@ -405,9 +406,6 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
         raised at once)."""
         await self._probe()
 
-        async def quiet(*_: Any) -> None:
-            return None
-
         refused: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
 
         async def on_error(exc: BaseException) -> None:
@@ -416,19 +414,7 @@ class NatsStreamBackend(ShowsUrl, CheckedRead):
             if _refused_login(exc) and not refused.done():
                 refused.set_result(exc)
 
-        connecting = asyncio.ensure_future(
-            nats.connect(
-                servers=self._servers,
-                connect_timeout=2,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,
-                allow_reconnect=True,
-                error_cb=on_error,
-                disconnected_cb=quiet,
-                reconnected_cb=quiet,
-                closed_cb=quiet,
-            )
-        )
+        connecting = asyncio.ensure_future(nats.connect(**client_options(self._servers, error_cb=on_error)))
         first: set[asyncio.Future[Any]] = {connecting, refused}
         await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if not connecting.done():
