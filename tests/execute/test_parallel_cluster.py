@@ -336,3 +336,40 @@ def test_a_ray_head_stopped_mid_map_fails_the_run_with_the_fix(tmp_path: Path) -
                 if proc.stdout is not None:  # a failed run leaves the pipe unread
                     proc.stdout.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+class _FlakyHandshake:
+    """Stands in for ``distributed.Client``: its first ``failures`` constructions fail as
+    distributed's handshake does when a broadcast shares the scheduler's first batch."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def __call__(self, address: str, **kwargs: Any) -> object:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise AssertionError
+        return object()
+
+
+@pytest.mark.parametrize(("failures", "connects"), [(0, True), (2, True), (3, False)])
+def test_a_dask_handshake_that_meets_a_broadcast_is_tried_again_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch, failures: int, connects: bool
+) -> None:
+    require_driver("distributed", "dask")
+    from foundry.backends.cluster import dask as dask_engine
+
+    fake = _FlakyHandshake(failures)
+    monkeypatch.setattr(dask_engine, "Client", fake)
+    with socket.create_server(("127.0.0.1", 0)) as listening:  # the probe finds a listener
+        url = f"tcp://127.0.0.1:{listening.getsockname()[1]}"
+        if connects:
+            engine = dask_engine.DaskCluster(url)
+            assert engine._client is not None
+            assert fake.calls == failures + 1
+        else:
+            with pytest.raises(ClusterUnavailableError, match="handshake failed 3 times running") as info:
+                dask_engine.DaskCluster(url)
+            assert "Fix:" in str(info.value)
+            assert fake.calls == 3

@@ -41,6 +41,8 @@ _FIX_LOST = (
     "then run the map again"
 )
 
+_HANDSHAKE_TRIES = 3  # connection attempts when the handshake meets a broadcast
+
 
 class DaskCluster:
     """A connection to one Dask scheduler (see the module docstring)."""
@@ -56,11 +58,31 @@ class DaskCluster:
                 self.kind, self.url, "no port in the URL", "give host:port, e.g. tcp://HOST:8786"
             )
         probe(self.kind, where, _FIX_REACH)
-        address = f"tcp://{where.netloc}"
-        try:
-            self._client = Client(address, timeout=self._timeout, set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise unavailable(self.kind, self.url, f"{type(exc).__name__}: {exc}", _FIX_REACH) from exc
+        self._client = self._connect(f"tcp://{where.netloc}")
+
+    def _connect(self, address: str) -> Any:
+        """A client of the scheduler at ``address``. distributed's handshake asserts that
+        the scheduler's first batch to a new client is its ``stream-start`` alone; a message
+        the scheduler broadcasts to every client at that moment (another client cancelling
+        a key the scheduler has already forgotten does) can share that batch, and the
+        connection fails with a bare ``AssertionError``. That race is the scheduler's, not
+        this connection's: try again, a bounded number of times."""
+        attempt = 1
+        while True:
+            try:
+                return Client(address, timeout=self._timeout, set_as_default=False)
+            except (OSError, TimeoutError) as exc:
+                raise unavailable(self.kind, self.url, f"{type(exc).__name__}: {exc}", _FIX_REACH) from exc
+            except AssertionError as exc:
+                if attempt >= _HANDSHAKE_TRIES:
+                    raise unavailable(
+                        self.kind,
+                        self.url,
+                        f"the scheduler's handshake failed {attempt} times running (distributed's "
+                        f"client check: {exc!r})",
+                        _FIX_REACH,
+                    ) from exc
+                attempt += 1
 
     def _check_running(self) -> None:
         if self._client.status != "running":
@@ -97,7 +119,10 @@ class DaskCluster:
             return self._translate(exc, unit, chunk)
 
         def cancel() -> None:
-            if future is not None:  # off this thread: a lost scheduler must not block the caller
+            # Off this thread: a lost scheduler must not block the caller. A finished
+            # future is left alone: cancelling a key the scheduler has forgotten is
+            # broadcast to every client, and races their handshakes (see _connect).
+            if future is not None and not future.done():
                 client = self._client
                 loop: Any = client.loop
                 loop.add_callback(
