@@ -19,6 +19,7 @@ import pytest
 
 from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends.queue import open_queue_backend
+from foundry.backends.queue import sqlite as sqlite_queue
 from foundry.backends.queue.base import NewJob
 from foundry.backends.queue.sqlite import SqliteQueue, _kind
 
@@ -217,6 +218,9 @@ def test_a_claimer_nothing_rang_for_takes_only_the_jobs_that_have_waited(
     # New work rings one claimer. Another, which heard nothing since its last look, leaves a
     # fresh job to that one (extra workers cost nothing while one keeps up) and takes it once
     # it has waited ``unrung_age``: nobody took it, so a backlog reaches every claimer.
+    # The watcher's look for commits nobody rang for would count ``quietly``'s commit as a
+    # ring if this test were descheduled past it (0.5 s): pushed out of the steps' way.
+    monkeypatch.setattr(sqlite_queue, "_UNRUNG", 5.0)
     backend = open_queue_backend(f"sqlite:///{tmp_path / 'q.db'}")
     assert isinstance(backend, SqliteQueue)
     assert backend.unrung_age > 0
