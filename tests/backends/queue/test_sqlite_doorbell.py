@@ -19,7 +19,6 @@ import pytest
 
 from foundry.backends._doorbell import Doorbell, supported
 from foundry.backends.queue import open_queue_backend
-from foundry.backends.queue import sqlite as sqlite_queue
 from foundry.backends.queue.base import NewJob
 from foundry.backends.queue.sqlite import SqliteQueue, _kind
 
@@ -218,11 +217,14 @@ def test_a_claimer_nothing_rang_for_takes_only_the_jobs_that_have_waited(
     # New work rings one claimer. Another, which heard nothing since its last look, leaves a
     # fresh job to that one (extra workers cost nothing while one keeps up) and takes it once
     # it has waited ``unrung_age``: nobody took it, so a backlog reaches every claimer.
-    # The watcher's look for commits nobody rang for would count ``quietly``'s commit as a
-    # ring if this test were descheduled past it (0.5 s): pushed out of the steps' way.
-    monkeypatch.setattr(sqlite_queue, "_UNRUNG", 5.0)
     backend = open_queue_backend(f"sqlite:///{tmp_path / 'q.db'}")
     assert isinstance(backend, SqliteQueue)
+    # The watcher's look for commits nobody rang for (``PRAGMA data_version``: every 0.5 s
+    # with the bell, every poll where its socket is not up) sees ``quietly``'s commit and
+    # wakes every waiter, as it must for another tool's commit; it would make the steps
+    # below depend on when it runs. These steps are about rings: that look is held off
+    # until ``monkeypatch.undo()`` below, where a claimer on the real clock must find it.
+    monkeypatch.setattr(backend._file, "_foreign_commits", lambda: False)
     assert backend.unrung_age > 0
     clock = [time.time()]
     monkeypatch.setattr(backend, "_now", lambda: clock[0])
