@@ -19,14 +19,16 @@ Steps (each includes the ones above it):
    timed (two clock reads and an append) and the buffered drains.
 
 A generic ``*args, **kwargs`` wrapper is shown beside step 3 for comparison: it is what the
-forwarding saves. Every round runs the steps forward or backward (alternating), and each
-step's figure is the median over rounds of its time minus the plain call's time in that
-round, per call.
+forwarding saves; a ``functools.partial`` subclass beside step 2: what building units on
+C's ``tp_call`` instead of the ``__call__`` slot would save. Every round runs the steps
+forward or backward (alternating), and each step's figure is the median over rounds of
+its time minus the plain call's time in that round, per call.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import statistics
 import sys
@@ -56,6 +58,13 @@ class _Callable:
         setattr(self, "__call__", call)  # noqa: B010 (the slot)
 
 
+class _Partial(functools.partial[Any]):
+    """The other way to make an object callable: a ``functools.partial`` subclass, whose
+    C ``tp_call`` calls the wrapped function without looking ``__call__`` up (timed beside
+    step 2 as the alternative a ``WorkUnit`` could be built on; it has a ``__dict__``, as a
+    unit needs)."""
+
+
 def _wrapper(body: str, free: dict[str, Any]) -> Callable[..., Any]:
     from foundry.execute.forwarding import compile_wrapper
 
@@ -81,6 +90,7 @@ def steps() -> dict[str, Callable[..., Any]]:
     return {
         "plain call": tiny,
         "+ a callable object": _Callable(tiny),
+        "  (a functools.partial subclass instead)": _Partial(tiny),
         "+ a Python frame": _Callable(_wrapper("    return _fwd_fn({args})\n", {})),
         "  (a generic *args, **kwargs frame instead)": _Callable(_generic()),
         "+ the start count": _Callable(
