@@ -64,7 +64,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from foundry.backends.queue import Claimed, JobProgress, QueueBackend, check_queue_name
@@ -80,15 +80,15 @@ from foundry.errors import (
     WorkerFailedError,
     WorkTimeoutError,
 )
-from foundry.execute.progress import WRITE_EVERY, ProgressSink, reporting
-from foundry.execute.threads import Interrupt, interruptible
+from foundry.execute.progress import WRITE_EVERY, ProgressSink, report_to, reporting
+from foundry.execute.threads import Interrupt, swap_interrupt
 from foundry.handle import Handle
 from foundry.observe import names
 from foundry.observe.tracing import decision_attributes, messaging_system
 from foundry.payload import DEFAULT_MAX_PAYLOAD, RESULT_FIX, too_large
 from foundry.retry import Backoff
 from foundry.runtime import RuntimeContext, SubmitOptions, UnitSpec
-from foundry.serialize import decode_call, encode_error, get_codec
+from foundry.serialize import Codec, decode_call, encode_error, get_codec
 from foundry.typed import payloads_for
 
 if TYPE_CHECKING:
@@ -148,26 +148,66 @@ def retries_on(retry_on: tuple[type[BaseException] | str, ...], exc: BaseExcepti
     return False
 
 
-@dataclass(eq=False)
 class _Job:
-    claimed: Claimed
-    queue: _QueueLoop
-    lost: bool = False  # its outcome is written or no longer ours to write (released, timed out)
-    stale: bool = False  # a heartbeat found the token stale: stop extending, still try to complete
-    acking: bool = False  # finished; its completion waits for the ack thread (still leased)
-    started: float | None = None
-    child: Handle | None = None  # the job's run in a child process (cancel() kills it)
-    task: _AsyncRun | None = None  # an async job's run on the worker's loop (cancel() cancels it)
-    cancelled: bool = False  # its cancel was requested: stop it, and end it cancelled
-    interrupt: Interrupt = field(default_factory=Interrupt)  # checkpoint() raises in its thread once stopped
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    progress: JobProgress | None = None  # the latest foundry.progress() record, not yet written
-    progress_written: float = 0.0  # monotonic time of the last write of it
-    progress_lock: threading.Lock = field(default_factory=threading.Lock)  # one writer at a time, in order
+    """One claimed delivery in this worker (a slots class: one is made per job)."""
+
+    __slots__ = (
+        "acking",
+        "cancelled",
+        "child",
+        "claimed",
+        "interrupt",
+        "lock",
+        "lost",
+        "progress",
+        "progress_lock",
+        "progress_written",
+        "queue",
+        "stale",
+        "started",
+        "task",
+    )
+
+    def __init__(self, claimed: Claimed, queue: _QueueLoop) -> None:
+        self.claimed = claimed
+        self.queue = queue
+        self.lost = False  # its outcome is written or no longer ours to write (released, timed out)
+        self.stale = False  # a heartbeat found the token stale: stop extending, still try to complete
+        self.acking = False  # finished; its completion waits for the ack thread (still leased)
+        self.started: float | None = None
+        self.child: Handle | None = None  # the job's run in a child process (cancel() kills it)
+        self.task: _AsyncRun | None = None  # an async job's run on the worker's loop (cancel() cancels it)
+        self.cancelled = False  # its cancel was requested: stop it, and end it cancelled
+        self.interrupt = Interrupt()  # checkpoint() raises in its thread once stopped
+        self.lock = threading.Lock()
+        self.progress: JobProgress | None = None  # the latest foundry.progress() record, not yet written
+        self.progress_written = 0.0  # monotonic time of the last write of it
+        self.progress_lock = threading.Lock()  # one writer at a time, in order
 
     def report(self, done: float, total: float | None, note: str) -> None:
         """The job's progress sink: keep the latest record (the heartbeat thread writes it)."""
         self.progress = JobProgress(done, total, note, time.time())
+
+
+class _Plan:
+    """What running a unit's jobs needs that is the same for every job of the unit,
+    looked up once per unit (its spec is cached for the worker's life already)."""
+
+    __slots__ = ("codec", "declared", "duration", "flight", "limit", "model", "on_thread", "spec", "types")
+
+    def __init__(self, spec: UnitSpec, series: tuple[Gauge, Histogram, Counter]) -> None:
+        self.spec = spec
+        self.declared = spec.traits.codec
+        # (an unknown one fails each job's result where get_codec raises it: _record_success)
+        self.codec: Codec | None = None
+        with contextlib.suppress(SubmitError):
+            self.codec = get_codec(spec.traits.codec)
+        self.types = payloads_for(spec.name, spec.fn)
+        self.limit = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
+        self.model = spec.decision.model
+        self.flight, self.duration, _ = series  # (the completed count is the ack thread's: acked)
+        # a plain function on the runner thread (not a child process, not a coroutine)
+        self.on_thread = not (spec.traits.isolate or spec.decision.execution == "processes" or spec.is_async)
 
 
 class _AsyncRun:
@@ -211,7 +251,8 @@ class _Gate:
     waiting to run alone stops new ordinary jobs from starting (they are given back)."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()  # (enter/leave, once per job, take it without the Condition's wrapper)
+        self.cond = threading.Condition(self.lock)
         self.running = 0  # ordinary jobs running now
         self.alone = False  # a suspect runs now
         self.waiting = 0  # suspects waiting for the others to finish
@@ -223,14 +264,14 @@ class _Gate:
 
     def enter(self) -> bool:
         """An ordinary job starts (``False``: a suspect's turn; give the job back)."""
-        with self.cond:
-            if self.closed:
+        with self.lock:
+            if self.alone or self.waiting > 0:  # (closed)
                 return False
             self.running += 1
             return True
 
     def leave(self) -> None:
-        with self.cond:
+        with self.lock:
             self.running -= 1
             if self.waiting:  # only a suspect waits for the running count (not once per job)
                 self.cond.notify_all()
@@ -280,7 +321,8 @@ class _QueueLoop:
         self.idle = False  # burst mode: nothing left to do here
         self.threads: list[threading.Thread] = []
         self.acks: list[tuple[_Job, bytes, str]] = []  # finished, completion not yet written
-        self.ack_cond = threading.Condition()
+        self.ack_lock = threading.Lock()  # (taken once per job by ack: without the Condition's wrapper)
+        self.ack_cond = threading.Condition(self.ack_lock)
         self.acking = 0
         self.room: ParkingRoom[_Job] = ParkingRoom(max(64, 4 * prefetch))  # waiting on a limit
 
@@ -366,7 +408,7 @@ class _QueueLoop:
         completion is not written yet is still leased to us: if we die first, it is
         redelivered — at-least-once, never lost."""
         job.acking = True
-        with self.ack_cond:
+        with self.ack_lock:
             # At most ``prefetch`` completions wait to be written: with the ``prefetch`` jobs
             # held, that bounds what a crash of this worker can make run twice.
             while len(self.acks) + self.acking >= self.prefetch and not self.worker.hard.is_set():
@@ -434,7 +476,7 @@ class _QueueLoop:
     def _run_loop(self) -> None:
         w = self.worker
         while True:
-            with self.work:
+            with self.lock:  # (self.work's lock)
                 while (due := self.room.take_due()) is None and not self.buffer and not w.stopping.is_set():
                     wait = self.room.next_due()
                     self.work.wait(0.5 if wait is None else min(0.5, max(wait, 0.001)))
@@ -449,14 +491,15 @@ class _QueueLoop:
                         try:
                             w.start_job(job)
                         finally:
-                            w.end_limits(job)
+                            if w.limiter is not None:
+                                w.end_limits(job)
             finally:
                 if not parked:
                     self.done(job)
 
     def done(self, job: _Job) -> None:
         """The job no longer counts against prefetch (wake the claimer when it may refill)."""
-        with self.cond:
+        with self.lock:  # (self.cond's lock)
             self.held.pop(job.claimed.id, None)
             if not self.buffer or self.prefetch - self.load >= self.prefetch // 2:
                 self.cond.notify()
@@ -580,6 +623,7 @@ class Worker:
         self.claimed = threading.Event()  # jobs were claimed (the cancel watcher looks again)
         self._started = False
         self._specs: dict[str, UnitSpec] = {}
+        self._plans: dict[str, _Plan] = {}  # unit -> what its jobs need, looked up once (_plan)
         self._children: dict[str, ProcessRunner] = {}  # unit -> its processes-model runner
         self._tracing = self.ctx.tracing
         self._system = messaging_system(self.backend.url)
@@ -952,16 +996,15 @@ class Worker:
             )
             return None
 
-    def _arguments(self, job: _Job, spec: UnitSpec) -> tuple[list[Any], dict[str, Any]] | None:
+    def _arguments(self, job: _Job, plan: _Plan) -> tuple[list[Any], dict[str, Any]] | None:
         """The job's arguments, decoded with the codec the unit *declares* (never the one
         the record names): a mismatch or an undecodable payload is dead-lettered with the
         reason (both codec names, or what was wrong)."""
         c = job.claimed
-        declared = spec.traits.codec
+        declared = plan.declared
         try:
-            types = payloads_for(spec.name, spec.fn)
             return decode_call(
-                c.payload, c.codec, declared, unit=c.unit, what=f"job {c.id}'s arguments", types=types
+                c.payload, c.codec, declared, unit=c.unit, what=f"job {c.id}'s arguments", types=plan.types
             )
         except RecordError as exc:
             if c.codec != declared:
@@ -992,8 +1035,20 @@ class Worker:
             if job.cancelled:
                 self._stop_work(job)
             return job.task.future.result()
-        with interruptible(job.interrupt), reporting(job.report):
-            return spec.fn(*args, **kwargs)
+        return self._on_thread(job, spec.fn, args, kwargs)
+
+    @staticmethod
+    def _on_thread(job: _Job, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Run a plain function on this runner thread: ``checkpoint()`` in it raises once
+        ``job.interrupt`` is stopped, ``progress()`` reaches ``job.report`` (what
+        ``interruptible`` and ``reporting`` do, without two generators per job)."""
+        previous = swap_interrupt(job.interrupt)
+        token = report_to(job.report)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            token.var.reset(token)
+            swap_interrupt(previous)
 
     def _write_progress(self, job: _Job, *, every: float = 0.0) -> None:
         """Write the job's latest progress record to the store, if it has a new one and the
@@ -1157,40 +1212,52 @@ class Worker:
     def execute(self, job: _Job) -> None:
         """Run one claimed job and record its outcome (never raises)."""
         c = job.claimed
-        spec = self._spec(job)
-        if spec is None:
+        plan = self._plans.get(c.unit) or self._plan(job)
+        if plan is None:
             return
-        decoded = self._arguments(job, spec)
+        spec = plan.spec
+        decoded = self._arguments(job, plan)
         if decoded is None:
             return
         args, kwargs = decoded
         if job.cancelled:  # its cancel came while it waited for a runner
             self._write_cancelled(job)
             return
-        model = spec.decision.model
         if c.deliveries > 1 + c.attempts:
             self._m_redelivered.labels(c.unit).inc()
-        job.started = time.monotonic()
+        job.started = started = time.monotonic()
         self._event("started", c)
-        flight, duration, _ = self._series(c.unit, model)
-        flight.inc()
+        plan.flight.inc()
         tracer = self._tracing.tracer()
         try:
             try:
-                if tracer is None:
-                    value = self._invoke(job, spec, args, kwargs)
-                else:
+                if tracer is not None:
                     value = self._traced(tracer, job, spec, args, kwargs)
+                elif plan.on_thread:  # the common case: straight to the function
+                    value = self._on_thread(job, spec.fn, args, kwargs)
+                else:
+                    value = self._invoke(job, spec, args, kwargs)
             finally:
-                self._write_progress(job)  # the last record, before the outcome ends the delivery
+                if job.progress is not None:
+                    self._write_progress(job)  # the last record, before the outcome ends the delivery
         except BaseException as exc:
             exc = self._as_timeout(job, spec, exc)
             self._record_failure(job, exc, spec)
         else:
-            self._record_success(job, spec, value)
+            self._record_success(job, plan, value)
         finally:
-            flight.dec()
-            duration.observe(time.monotonic() - job.started)
+            plan.flight.dec()
+            plan.duration.observe(time.monotonic() - started)
+
+    def _plan(self, job: _Job) -> _Plan | None:
+        """The job's unit's :class:`_Plan`, made on its first job (``None``: an unknown
+        unit, dead-lettered by :meth:`_spec`)."""
+        c = job.claimed
+        spec = self._spec(job)
+        if spec is None:
+            return None
+        plan = self._plans[c.unit] = _Plan(spec, self._series(c.unit, spec.decision.model))
+        return plan
 
     def _series(self, unit: str, model: str) -> tuple[Gauge, Histogram, Counter]:
         """The in-flight, duration and completed series of ``(unit, model)``, looked up
@@ -1241,13 +1308,14 @@ class Worker:
             "Fix: raise timeout=, or make the work shorter"
         )
 
-    def _record_success(self, job: _Job, spec: UnitSpec, value: Any) -> None:
+    def _record_success(self, job: _Job, plan: _Plan, value: Any) -> None:
         c = job.claimed
+        spec = plan.spec
         try:
-            codec = get_codec(spec.traits.codec)
-            typed = payloads_for(spec.name, spec.fn).dump_result(value, what=f"the result of job {c.id}")
+            codec = plan.codec if plan.codec is not None else get_codec(plan.declared)
+            typed = plan.types.dump_result(value, what=f"the result of job {c.id}")
             data = codec.encode(typed if codec.name == "json" else value, unit=c.unit, what="the result")
-            limit = spec.traits.max_payload or DEFAULT_MAX_PAYLOAD
+            limit = plan.limit
             if len(data) > limit:
                 raise too_large(
                     f"unit {c.unit!r}",
@@ -1271,7 +1339,7 @@ class Worker:
             return
         if not self._take(job):
             return  # released on stop, or timed out: its outcome is no longer ours to write
-        job.queue.ack(job, data, spec.decision.model)
+        job.queue.ack(job, data, plan.model)
 
     def acked(self, job: _Job, model: str, written: bool | None) -> None:
         c = job.claimed
