@@ -15,9 +15,9 @@ under cProfile (which slows it; its shares, not its times, are what to read) and
 the functions that take most, with the time inside ``sqlite3`` execute calls as a share
 of the whole.
 
-Each run uses a fresh queue (a random prefix) and a temporary ``FOUNDRY_HOME``; nothing
-else on the servers is touched, and nothing is consumed: the jobs stay queued under their
-prefix (``--url`` with a database number of its own keeps them out of anyone's way).
+Each run uses a fresh queue (a random prefix) and a temporary ``FOUNDRY_HOME``, and
+deletes what it made at the end (``destroy()`` of that prefix's store: its RabbitMQ
+queues and state, its Redis keys); nothing else on the servers is touched.
 """
 
 from __future__ import annotations
@@ -75,6 +75,15 @@ def main() -> int:
                 profile(lambda: noop.submit(time.time()), n)
         finally:
             app.close()
+            from foundry.backends.queue import open_queue_backend
+
+            store = open_queue_backend(url, home=os.environ["FOUNDRY_HOME"])
+            try:
+                destroy = getattr(store, "destroy", None)  # every engine has it (StateStore's)
+                if callable(destroy):
+                    destroy()  # this run's prefix only: its queues, keys or tables
+            finally:
+                store.close()
     return 0
 
 
