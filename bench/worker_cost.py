@@ -25,8 +25,10 @@ machine drifts more between two runs minutes apart than within one round.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,7 @@ def _child(mode: str, n: int) -> dict[str, Any]:
     from foundry.deliver.worker import Worker, _Job
 
     home = tempfile.mkdtemp(prefix="worker-cost-")
+    atexit.register(shutil.rmtree, home, True)  # the child's store (never written: the backend is fake)
     url = f"sqlite:///{home}/fake.db"
     app = Foundry("worker-cost", queue=url, home=home)
     ran = [0]
@@ -197,18 +200,19 @@ def main() -> None:
             ratios = [run[mode]["after"] / run[mode]["before"] for run in runs]
             figures["ratio"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
         summary[mode] = figures
-    report = {
+    load_avg = os.getloadavg()
+    report: dict[str, Any] = {
         "jobs": n,
         "rounds": runs,
         "summary": summary,
         "trees": trees,
-        "load": os.getloadavg(),
+        "load": load_avg,
         "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if args.json:
         print(json.dumps(report))
         return
-    load = ", ".join(f"{x:.2f}" for x in report["load"])
+    load = ", ".join(f"{x:.2f}" for x in load_avg)
     print(f"\n{n} no-op jobs per run, {rounds} rounds, {report['at']}, load {load}")
     for mode, figures in summary.items():
         line = "  ".join(f"{name} {figures[name]:.1f} µs" for name in trees)
