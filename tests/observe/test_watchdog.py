@@ -246,3 +246,33 @@ def test_a_block_right_after_start_is_seen() -> None:
 
     watchdog = asyncio.run(main())
     assert [r.culprit.function for r in watchdog.reports if r.culprit] == ["spin"]
+
+
+def test_a_starved_stall_with_two_looks_is_not_called_saturation() -> None:
+    """A process the machine starves gets two or three looks in a long stall: two tasks
+    seen once each in the same function say nothing about how long either held the loop,
+    so the report names that function (as for one task), not saturation; four looks that
+    each find another task are saturation."""
+    from foundry.observe._samples import Sample
+    from foundry.observe.stall import FrameInfo
+    from foundry.observe.watchdog import _Stall
+
+    frame = FrameInfo("sign_body", "/srv/payments.py", 80, "payments")
+
+    def look(i: int, task: str) -> Sample:
+        return Sample(i * 0.01, task, "handler", frame, None, False, None, ())
+
+    loop = asyncio.new_event_loop()
+    try:
+        watchdog = Watchdog(loop, threshold=0.05, log_reports=False)
+        two = watchdog._report(_Stall(0.0, [look(0, "Task-1"), look(1, "Task-2")]), 0.525, ongoing=False)
+        assert two is not None
+        assert not two.saturated
+        assert "sign_body" in two.message
+        assert "back to back" not in two.message
+        four = [look(i, f"Task-{i % 2}") for i in range(4)]
+        many = watchdog._report(_Stall(0.0, four), 0.525, ongoing=False)
+        assert many is not None
+        assert many.saturated
+    finally:
+        loop.close()

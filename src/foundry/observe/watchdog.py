@@ -102,6 +102,7 @@ T = TypeVar("T")
 
 _MAX_SAMPLES = 512  # per stall: a loop stuck for minutes does not grow memory
 _SATURATION_SAMPLES = 8  # this many looks finding another task each time: saturation, look less
+_SATURATION_LEAST = 4  # fewer looks in a stall than this are never called saturation
 _MAX_CULPRITS = 50  # label sets of foundry_loop_culprit_total per loop; the rest count as "other"
 _BLOCKED_HELP = "Times the event loop was blocked beyond the watchdog threshold"
 _CULPRIT_HELP = "Loop stalls by the unit, phase and frame that held the loop"
@@ -450,8 +451,11 @@ class Watchdog:
         tasks = tuple(dict.fromkeys(s.task for s in samples if s.task))
         # The holder changed at (nearly) every sample: many short steps back to back, not
         # one phase holding the loop. Reclassifying a phase would not help; fewer ready
-        # units at once (or more processes) would.
-        many = saturated(samples, 2)
+        # units at once (or more processes) would. Only from a few looks on: a process
+        # the machine starved gets two or three in a long stall, and two tasks seen once
+        # each say nothing about how long either held the loop (then the spot seen most
+        # is reported, as for one task).
+        many = saturated(samples, _SATURATION_LEAST)
         traits = Traits()
         phase = culprit.function if culprit is not None else None
         current: Decision | None = None
